@@ -1,0 +1,177 @@
+"""``glitchlens``: the command line. Each subcommand is a thin layer over a library call."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _model_overrides(args) -> dict:
+    overrides = {k: getattr(args, k) for k in ("n_layers", "n_heads", "d_model", "d_mlp", "dropout", "n_ctx")
+                 if getattr(args, k) is not None}
+    options = {}
+    for item in args.attn_opt or []:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--attn-opt expects key=value, got {item!r}")
+        try:
+            options[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key] = raw
+    if options:
+        overrides["attention_options"] = options
+    return overrides
+
+
+def cmd_data(args) -> int:
+    from interp.tasks import SPLITS, TRAIN_P_I, load_split, sample_ffl, write_sequences
+
+    if args.split == "train":
+        tokens = sample_ffl(args.n or 1000, args.seq_len, TRAIN_P_I, args.seed)
+    elif args.seed is None:
+        tokens = load_split(args.split, args.n, args.seq_len)
+    else:
+        split = SPLITS[args.split]
+        tokens = sample_ffl(args.n or split.size, args.seq_len, split.p_i, args.seed)
+    path = write_sequences(tokens, args.out)
+    print(f"wrote {len(tokens)} sequences of {tokens.shape[1]} tokens to {path}")
+    return 0
+
+
+def cmd_train(args) -> int:
+    from interp.train import TrainConfig, TrainingInterrupted, format_quick_eval, train
+    from models import ModelConfig
+
+    model_cfg = ModelConfig.from_preset(args.model, args.preset, n_ctx=args.seq_len, **_model_overrides(args))
+    train_cfg = TrainConfig(
+        steps=args.steps, batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
+        warmup=args.warmup, grad_clip=args.grad_clip, seq_len=args.seq_len, loss=args.loss, task=args.task,
+        mixture=args.mixture, p_bottom=args.p_bottom, regulariser=args.regulariser, reg_coef=args.reg_coef,
+        reg_start=args.reg_start, seed=args.seed, data_file=args.data, eval_every=args.eval_every,
+        eval_n=args.eval_n, checkpoint_every=args.checkpoint_every)
+    try:
+        train(model_cfg, train_cfg, args.out, resume=args.resume, progress=not args.quiet,
+              metadata={"command": " ".join(["glitchlens", *args.argv])})
+    except TrainingInterrupted as stop:
+        print(stop, file=sys.stderr)
+        return 130
+    from models import read_config
+
+    evaluation = read_config(args.out)["metadata"].get("evaluation")
+    print(f"saved {args.out}")
+    if evaluation:
+        print(f"first {args.eval_n} sequences per split: " + format_quick_eval(evaluation))
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from interp.evaluate import evaluate_splits
+    from models import load
+
+    model = load(args.checkpoint, device=args.device)
+    if model.cfg.d_vocab != 5:
+        raise SystemExit(f"{args.checkpoint} is not a flip-flop language model (vocabulary {model.cfg.d_vocab})")
+    splits = [s.strip() for s in args.splits.split(",") if s.strip()]
+    results = evaluate_splits(model, splits, n=args.n, batch_size=args.batch_size)
+    if args.json:
+        print(json.dumps({name: r.to_dict() for name, r in results.items()}, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{args.checkpoint} ({model.cfg.model})")
+    for col in ("split", "sequences", "reads", "read errors", "error rate", "95% upper", "seq accuracy"):
+        table.add_column(col, justify="right")
+    for r in results.values():
+        table.add_row(r.split, str(r.sequences), str(r.reads), str(r.read_errors), f"{r.error_rate:.2e}",
+                      f"{r.error_rate_upper95:.2e}", f"{100 * r.sequence_accuracy:.2f}%")
+    Console().print(table)
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from interp import bench
+
+    return bench.run(args.what, args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from models import MODEL_NAMES, PRESETS
+
+    parser = argparse.ArgumentParser(prog="glitchlens", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("data", help="write flip-flop sequences in the text format (.jsonl or .parquet)")
+    p.add_argument("--split", choices=["train", "iid", "sparse", "dense"], required=True)
+    p.add_argument("-n", type=int, default=None, help="number of sequences (default: the split's size)")
+    p.add_argument("--seed", type=int, default=None, help="default: the canonical split's own seed")
+    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_data)
+
+    p = sub.add_parser("train", help="train a model on a flip-flop task and save a checkpoint")
+    p.add_argument("--model", choices=MODEL_NAMES, required=True)
+    p.add_argument("--preset", choices=list(PRESETS), default="tiny")
+    p.add_argument("--out", required=True, help="checkpoint directory")
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--loss", choices=["clean", "generative"], default="clean")
+    p.add_argument("--task", choices=["flipflop", "automaton"], default="flipflop")
+    p.add_argument("--mixture", action="store_true", help="train on the long-tailed FFL(0.8/0.98/0.1) mixture")
+    p.add_argument("--p-bottom", type=float, default=0.5, help="automaton task: probability of a no-op")
+    p.add_argument("--regulariser", choices=["none", "entropy", "l2", "linf"], default="none")
+    p.add_argument("--reg-coef", type=float, default=0.0)
+    p.add_argument("--reg-start", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", default=None, help="train on sequences from a .jsonl/.parquet file")
+    p.add_argument("--eval-every", type=int, default=0)
+    p.add_argument("--eval-n", type=int, default=200)
+    p.add_argument("--checkpoint-every", type=int, default=0)
+    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    for flag in ("n-layers", "n-heads", "d-model", "d-mlp", "n-ctx"):
+        p.add_argument(f"--{flag}", type=int, default=None)
+    p.add_argument("--dropout", type=float, default=None)
+    p.add_argument("--attn-opt", action="append", metavar="KEY=VALUE",
+                   help="attention option, e.g. --attn-opt qk_norm=false (repeatable)")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("eval", help="glitch rates and sequence accuracy of a checkpoint")
+    p.add_argument("checkpoint")
+    p.add_argument("--splits", default="iid,sparse,dense")
+    p.add_argument("-n", type=int, default=None, help="first n sequences of each split")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("bench", help="benchmarks that print ratios measured side by side")
+    p.add_argument("what", choices=["data", "models"])
+    p.add_argument("--repeats", type=int, default=3)
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    from models import CheckpointError
+    from interp.tasks import FlipFlopFormatError
+
+    try:
+        return args.func(args)
+    except (CheckpointError, FlipFlopFormatError, FileNotFoundError, ValueError, KeyError) as err:
+        print(f"glitchlens {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+"""Attention diagnostics of the TDA paper (Sec. 3, App. B, App. E.1) as pure functions.
+
+A *map* is one layer's ``[batch, head, query_pos, key_pos]`` tensor: the weights applied to
+V (``pattern``), one view of a differential mechanism (``view_1``, ``view_2``) or the raw
+scores (``attn_scores``). ``Maps`` is one map or ``{layer: map}``; :func:`cache_maps` builds
+the latter from a TransformerLens cache.
+
+Every map is read as the paper's causal-masked A, with A_ij = 0 for key j > query i,
+whatever the tensor holds there (raw scores do hold values above the diagonal). Positions
+are 0-indexed, so query position i sees |S(i)| = i + 1 keys; the paper's 1-indexed
+``gSinkRatio(k)`` is ``key_pos = k - 1`` here.
+
+Frames are tidy: one row per (layer, head[, position]) and metric, with columns
+``layer, head, metric, value, map, seq_len`` (plus metric-specific ones), so frames from
+several maps, lengths or models (add a ``model`` column) concatenate with ``pd.concat``
+and reduce with :func:`summarise`. A value that is undefined (no non-zero row to average,
+a constant view) is NaN, never an error; pandas' means skip it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+Maps = torch.Tensor | Mapping[int, torch.Tensor] | Sequence[torch.Tensor]
+
+# Columns that describe a row rather than identify it: summarise() never groups by them.
+DESCRIPTIVE = ("value", "gaussian", "sigma", "constant_view", "n_entries", "growth", "linear_reference")
+
+# Only guards 0 / 0; all-zero rows are excluded before any entropy is averaged.
+EPS = 1e-12
+
+
+def cache_maps(cache, name: str = "pattern") -> dict[int, torch.Tensor]:
+    """``{layer: cache["blocks.{layer}.attn.hook_{name}"]}`` for every layer the cache has.
+
+    ``name``: ``pattern``, ``attn_scores``, ``view_1``, ``view_2``, or any other attention hook.
+    Works on a TransformerLens ``ActivationCache`` or a plain dict of hook name -> tensor.
+    """
+    pattern = re.compile(rf"blocks\.(\d+)\.attn\.hook_{re.escape(name)}")
+    maps = {int(m.group(1)): cache[key] for key in cache.keys() if (m := pattern.fullmatch(key))}
+    if not maps:
+        raise KeyError(f"the cache has no 'blocks.*.attn.hook_{name}' (was it run with that hook cached?)")
+    return dict(sorted(maps.items()))
+
+
+def by_layer(maps: Maps) -> dict[int, torch.Tensor]:
+    """``Maps`` -> ``{layer: [batch, head, T, T]}``; a bare map is layer 0."""
+    if isinstance(maps, (torch.Tensor, np.ndarray)):
+        maps = {0: maps}
+    elif not isinstance(maps, Mapping):
+        maps = dict(enumerate(maps))
+    layers = {}
+    for layer, a in maps.items():
+        a = torch.as_tensor(a).detach()
+        if a.ndim != 4 or a.shape[-1] != a.shape[-2]:
+            raise ValueError(
+                f"layer {layer}: expected [batch, head, query_pos, key_pos] with query_pos == key_pos, "
+                f"got shape {tuple(a.shape)}")
+        layers[layer] = a
+    return layers
+
+
+def causal(n: int, device=None) -> torch.Tensor:
+    """``[query_pos, key_pos]`` bool, True where key j <= query i."""
+    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
+
+
+def magnitudes(a: torch.Tensor) -> torch.Tensor:
+    """|A_ij| in float32 with the entries j > i set to 0: the paper's masked absolute weights."""
+    return a.float().abs().masked_fill(~causal(a.shape[-1], a.device), 0.0)
+
+
+def zero_rows(a: torch.Tensor) -> torch.Tensor:
+    """``[batch, head, query_pos]`` bool: rows whose causal entries are all exactly 0 (a query
+    that attends to nothing: possible for rectified and thresholded mechanisms)."""
+    return ~((a != 0) & causal(a.shape[-1], a.device)).any(-1)
+
+
+def _frame(maps: Maps, name: str, stats: Callable[[torch.Tensor], dict[str, torch.Tensor]],
+           position: str | None = None) -> pd.DataFrame:
+    """Rows ``(layer, head[, position], metric, value, map, seq_len)`` from ``stats(a)``, which
+    maps each metric to a ``[head]`` tensor, or ``[head, T]`` when ``position`` names the last axis."""
+    parts = []
+    for layer, a in by_layer(maps).items():
+        for metric, values in stats(a).items():
+            values = values.detach().double().cpu().reshape(values.shape[0], -1).numpy()
+            head, pos = np.indices(values.shape)
+            columns = {"layer": layer, "head": head.ravel()}
+            if position:
+                columns[position] = pos.ravel()
+            columns |= {"metric": metric, "value": values.ravel(), "map": name, "seq_len": a.shape[-1]}
+            parts.append(pd.DataFrame(columns))
+    return pd.concat(parts, ignore_index=True)
+
+
+def summarise(frame: pd.DataFrame, over: Sequence[str] = ("head",), how: str = "mean") -> pd.DataFrame:
+    """Reduce ``value`` over the columns ``over`` (e.g. heads -> per layer; layers and heads ->
+    overall, the paper's ``1/(LH) sum_{l,h}``), grouping by every other identifying column.
+    ``how``: any pandas reduction (``mean`` skips NaN, as the paper omits undefined layers)."""
+    keys = [c for c in frame.columns if c not in over and c not in DESCRIPTIVE]
+    return frame.groupby(keys, sort=True, dropna=False)["value"].agg(how).reset_index()
+
+
+def sparsity(maps: Maps, name: str = "pattern") -> pd.DataFrame:
+    """Fraction of causal entries that are exactly 0, per layer and head (App. E.1)::
+
+        Sparsity^{l,h} = #{(b, i, j) : j <= i, A^{l,h}_bij = 0} / #{(b, i, j) : j <= i}
+
+    Choice: the paper's numerator runs over all (i, j), which would also count the masked
+    upper triangle (a dense map would score (T - 1) / (T + 1)); only causal entries count here.
+    Per layer / overall: ``summarise(frame)`` / ``summarise(frame, ("layer", "head"))``.
+    """
+    def stats(a):
+        mask = causal(a.shape[-1], a.device)
+        return {"sparsity": ((a == 0) & mask).sum((0, 2, 3)) / (mask.sum() * a.shape[0])}
+
+    return _frame(maps, name, stats)
+
+
+def effective_entropy(a: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """``[batch, head, query_pos]``: the Shannon entropy (nats) of the l1-normalised |weights| (Sec. 3)::
+
+        p_ij = |a_ij| / (||a_i||_1 + eps),   H(a_i) = -sum_{j <= i} p_ij log p_ij
+
+    A row that is all zero gets H = 0; the frames below exclude such rows (see :func:`zero_rows`).
+    """
+    p = magnitudes(a)
+    p = p / (p.sum(-1, keepdim=True) + eps)
+    return -torch.xlogy(p, p).sum(-1)
+
+
+def _entropy_by_position(a: torch.Tensor, eps: float):
+    """Sum of H over the batch's non-zero rows, their count, and the zero-row count, ``[head, query_pos]``."""
+    dead = zero_rows(a)
+    H = effective_entropy(a, eps).masked_fill(dead, 0.0)
+    return H.double().sum(0), (~dead).sum(0), dead.sum(0)
+
+
+def dispersion(maps: Maps, eps: float = EPS, name: str = "pattern") -> pd.DataFrame:
+    """Per query position: ``effective_entropy`` E[H(a_i)] over the batch's non-zero rows, the
+    ``dispersion_ratio`` E[H(a_i)] / log |S(i)| (Sec. 3; 1 for a uniform, dispersive map, -> 0
+    for a non-dispersive one) and the number of ``zero_rows`` excluded.
+
+    |S(i)| = query_pos + 1, the paper's 1-indexed i, so a uniform causal map gives ratio 1 at
+    every position. Undefined values are NaN: the ratio at position 0 (log 1 = 0), and both
+    at a position where every row in the batch is zero.
+    """
+    def stats(a):
+        H_sum, live, dead = _entropy_by_position(a, eps)
+        mean_H = H_sum / live
+        log_S = torch.arange(1, a.shape[-1] + 1, device=a.device).double().log()
+        return {"effective_entropy": mean_H, "dispersion_ratio": mean_H / log_S, "zero_rows": dead}
+
+    return _frame(maps, name, stats, position="query_pos")
+
+
+def entropy_summary(maps: Maps, eps: float = EPS, name: str = "pattern") -> pd.DataFrame:
+    """Per layer and head, over the non-zero rows of all queries in the batch:
+
+    - ``effective_entropy``: mean H(a_i);
+    - ``dispersion_ratio``: sum_i H(a_i) / sum_i log |S(i)| (rows with |S(i)| = 1 add 0 to both).
+      A log|S(i)|-weighted mean of the per-position ratios (one number per head, where the
+      paper plots a limit); 1 for a uniform map, 0 for one-hot rows;
+    - ``zero_rows`` (count) and ``zero_row_fraction``: the rows left out of both.
+    """
+    def stats(a):
+        H_sum, live, dead = _entropy_by_position(a, eps)
+        log_S = torch.arange(1, a.shape[-1] + 1, device=a.device).double().log()
+        n_rows = a.shape[0] * a.shape[-1]
+        return {"effective_entropy": H_sum.sum(-1) / live.sum(-1),
+                "dispersion_ratio": H_sum.sum(-1) / (live * log_S).sum(-1),
+                "zero_rows": dead.sum(-1),
+                "zero_row_fraction": dead.sum(-1) / n_rows}
+
+    return _frame(maps, name, stats)
+
+
+def _suffix_sum(x: torch.Tensor) -> torch.Tensor:
+    """``out[..., k] = sum_{i >= k} x[..., i]``."""
+    return x.flip(-1).cumsum(-1).flip(-1)
+
+
+def sink_ratio(maps: Maps, key_pos: Iterable[int] | None = None, name: str = "pattern") -> pd.DataFrame:
+    """The generalised sink ratio of Sec. 3 for each key position (default: all), per layer and head::
+
+        key_mass    A~_k      = 1/|R_k| sum_{i in R_k} |A_ik| / sum_{t <= i} |A_it|
+        gsink_ratio gSinkRatio(k) = A~_k / A~_k^unif,   A~_k^unif = 1/|R_k| sum_{i in R_k} 1 / |S(i)|
+
+    R_k: the rows i >= k, over the whole batch, that are not all zero. Excluding zero rows
+    from both the mass and the uniform baseline keeps a dead row from reading as "no sink".
+    1 for a uniform causal map at every k; T / H_T at k = 0 for one-hot rows on the first
+    key (H_T the T-th harmonic number). ``gSinkRatio(k)`` of the paper (averaged over layers
+    and heads): ``summarise(frame, ("layer", "head"))``. NaN where R_k is empty.
+    """
+    def stats(a):
+        T = a.shape[-1]
+        mag = magnitudes(a)
+        P = mag / mag.sum(-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
+        mass = P.sum((0, 2)).double()                           # [head, key_pos]
+        live = (~zero_rows(a)).sum(0).double()                  # [head, query_pos]
+        S = torch.arange(1, T + 1, device=a.device).double()    # |S(i)|
+        return {"key_mass": mass / _suffix_sum(live), "gsink_ratio": mass / _suffix_sum(live / S)}
+
+    frame = _frame(maps, name, stats, position="key_pos")
+    return frame if key_pos is None else frame[frame.key_pos.isin(list(key_pos))].reset_index(drop=True)
+
+
+def sink_eps(sink_frame: pd.DataFrame, eps: float = 0.3) -> pd.DataFrame:
+    """The classic sink metric of Gu et al. (2025) from a :func:`sink_ratio` frame::
+
+        Sink^eps(k) = 1/(LH) sum_{l,h} 1[A~_k^{l,h} > eps]
+
+    the fraction of heads whose mean (l1-normalised, absolute) mass on key k exceeds eps.
+    """
+    mass = sink_frame[sink_frame.metric == "key_mass"]
+    above = mass.assign(value=(mass.value > eps).astype(float), metric="sink_eps")
+    return summarise(above, over=("layer", "head"))
+
+
+def max_abs_weight(maps: Maps, name: str = "pattern") -> pd.DataFrame:
+    """max_{b, i, j <= i} |A_bij| per layer and head (Fig. 1b); per layer: ``summarise(frame, how="max")``.
+    Call once per map (pattern, view_1, view_2) and concatenate."""
+    return _frame(maps, name, lambda a: {"max_abs_weight": magnitudes(a).amax((0, 2, 3))})
+
+
+def survivor_counts(maps: Maps, name: str = "pattern") -> pd.DataFrame:
+    """Mean number of surviving (non-zero) keys per query, #{j <= i : A_ij != 0}, over the
+    batch and all query positions, per layer and head (App. B.2). No padding exists here, so
+    every token is a relevant one."""
+    def stats(a):
+        alive = (a != 0) & causal(a.shape[-1], a.device)
+        return {"survivors": alive.sum(-1).double().mean((0, 2))}
+
+    return _frame(maps, name, stats)
+
+
+def survivor_scaling(maps_per_length: Iterable[Maps], name: str = "pattern") -> pd.DataFrame:
+    """Survivors per layer (mean over heads) at several context lengths (App. B.2, Fig. 4):
+    the same model run on sequences of each length, one ``Maps`` per length. ``growth`` is the
+    count relative to the shortest length, ``linear_reference`` = seq_len / shortest, the O(n)
+    growth a dispersive mechanism would show."""
+    frame = pd.concat([summarise(survivor_counts(m, name)) for m in maps_per_length], ignore_index=True)
+    shortest = frame.sort_values("seq_len").groupby(["map", "layer"])
+    frame["growth"] = frame.value / shortest.value.transform("first")
+    frame["linear_reference"] = frame.seq_len / shortest.seq_len.transform("first")
+    return frame
+
+
+def cross_view_correlation(view_1: Maps, view_2: Maps, name: str = "views") -> pd.DataFrame:
+    """Pearson correlation between the two views' weights over the causal entries of the
+    batch, per layer and head (App. B.3, Fig. 5)::
+
+        r = sum (x - x_bar)(y - y_bar) / sqrt(sum (x - x_bar)^2 sum (y - y_bar)^2),
+        x = A^(1)_bij, y = A^(2)_bij over j <= i
+
+    A view that is constant over those entries (e.g. all zero: a dead thresholded view)
+    makes r undefined: value NaN and ``constant_view`` True (the paper omits such layers
+    from its averages, as ``summarise`` does). Computed in float64.
+    """
+    views_1, views_2 = by_layer(view_1), by_layer(view_2)
+    if views_1.keys() != views_2.keys():
+        raise ValueError(f"the views cover different layers: {sorted(views_1)} vs {sorted(views_2)}")
+    rows = []
+    for layer, a1 in views_1.items():
+        a2 = views_2[layer]
+        if a1.shape != a2.shape:
+            raise ValueError(f"layer {layer}: view shapes differ, {tuple(a1.shape)} vs {tuple(a2.shape)}")
+        mask = causal(a1.shape[-1], a1.device)
+        for head in range(a1.shape[1]):
+            x, y = (v[:, head].masked_select(mask).double() for v in (a1, a2))
+            constant = bool(x.min() == x.max() or y.min() == y.max())
+            x, y = x - x.mean(), y - y.mean()
+            r = math.nan if constant else float((x * y).sum() / ((x * x).sum() * (y * y).sum()).sqrt())
+            rows.append({"layer": layer, "head": head, "metric": "cross_view_correlation", "value": r,
+                         "constant_view": constant, "map": name, "seq_len": a1.shape[-1]})
+    return pd.DataFrame(rows)
+
+
+def gaussian_tail(k: float) -> float:
+    """P(|Z| > k) for Z ~ N(0, 1) = erfc(k / sqrt 2): 0.0455, 0.0027, 6.33e-5 at k = 2, 3, 4."""
+    return math.erfc(k / math.sqrt(2.0))
+
+
+def tail_probabilities(scores: Maps, ks: Sequence[float] = (2, 3, 4), name: str = "attn_scores") -> pd.DataFrame:
+    """Empirical P(|s| > k sigma) of the raw logits per layer (App. B.1, Table 7), pooled over
+    the batch, the heads and the causal entries, next to the Gaussian reference::
+
+        value = #{|s_bhij| > k sigma : j <= i} / #{j <= i},   sigma = std(s) over the same entries
+
+    As in Table 7, |s| is not centred (the sub-Gaussian assumption is mean-zero) while sigma
+    is the ordinary standard deviation. Columns ``k``, ``gaussian``, ``sigma``; no ``head``.
+    """
+    rows = []
+    for layer, s in by_layer(scores).items():
+        T = s.shape[-1]
+        s = s.float().masked_select(causal(T, s.device))
+        sigma = float(s.std())
+        for k in ks:
+            rows.append({"layer": layer, "k": k, "metric": "tail_probability",
+                         "value": int((s.abs() > k * sigma).sum()) / s.numel(), "gaussian": gaussian_tail(k),
+                         "sigma": sigma, "n_entries": s.numel(), "map": name, "seq_len": T})
+    return pd.DataFrame(rows)

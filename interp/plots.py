@@ -1,0 +1,434 @@
+"""Heatmaps of ``[query_pos, key_pos]`` maps and charts of the metric frames.
+
+Every plot has two backends with the same arguments: ``plotly`` (interactive; hover shows
+the query token, the key token and the value) and ``matplotlib`` (static PNG/PDF, drawn on
+an Agg canvas without pyplot, so importing this module never changes a notebook's backend).
+Plots take tensors, arrays and frames, never models.
+
+Colours: exact zeros black, as in the TRA paper's App. A figures; entries j > i (never
+attended) light grey; non-negative maps on a sequential scale that starts at pale yellow
+(so a tiny weight never passes for a zero); signed maps (differential patterns, D-bar,
+biases) on a blue-white-red scale centred at 0. Flip-flop axes are labelled by instruction
+pair (``w1``, ``i0``, ``r1``) at each instruction token: writes orange, reads blue, wrong
+reads red; each read's ideal cell (query = the read, key = its most recent ``w``, the
+pattern of the flip-flop paper's Fig. 5c) is outlined in cyan, or red for a wrong read.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import plotly.colors
+import plotly.express as px
+import plotly.graph_objects as go
+import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize, to_rgba
+from matplotlib.figure import Figure
+from plotly.subplots import make_subplots
+
+from interp.metrics import Maps, by_layer, summarise
+from interp.tasks.flipflop import READ, VOCAB, WRITE, last_write_positions
+
+ZERO_COLOR, HIDDEN_COLOR, TEXT_COLOR = "#000000", "#d9d9d9", "#333333"
+ROLE_COLOR = {WRITE: "#d95f02", READ: "#1f78b4"}
+WRONG_COLOR, IDEAL_COLOR = "#e31a1c", "#00e5ff"
+# (matplotlib name, plotly scale): the same colours in both backends.
+SEQUENTIAL = ("YlOrRd", plotly.colors.sequential.YlOrRd)
+DIVERGING = ("RdBu_r", plotly.colors.diverging.RdBu[::-1])
+HOVER = "query %{y}<br>key %{x}<br>value %{z:.4g}<extra></extra>"
+
+
+@dataclass
+class TokenAxis:
+    """The token positions shown on both axes of a heatmap, and how they are labelled."""
+
+    positions: np.ndarray                # shown token positions
+    names: list[str]                     # a unique hover name per shown token, e.g. "14:r (r1)"
+    ticks: list[int]                     # indices into positions that carry a tick label
+    tick_text: list[str]
+    tick_color: list[str]
+    marks: list[tuple[int, int, bool]]   # (query index, key index, wrong) of each read's ideal cell
+
+
+def token_axis(n: int, tokens=None, labels: Sequence[str] | None = None, wrong: Iterable[int] = (),
+               window: tuple[int, int] | None = None, stride: int = 1, max_ticks: int = 64) -> TokenAxis:
+    """Label the positions ``window[0]:window[1]:stride`` of an ``n``-token sequence.
+
+    ``tokens``: the flip-flop token ids of the sequence (pair labels, roles, read marks);
+    otherwise ``labels`` (one string per token) or the bare positions. ``wrong``: token
+    positions of wrong reads. Tick labels are thinned to at most ``max_ticks``.
+    """
+    start, stop = window if window is not None else (0, n)
+    if not 0 <= start < stop <= n or stride < 1:
+        raise ValueError(f"window {window} / stride {stride} do not fit a sequence of {n} tokens")
+    wrong = {int(t) for t in wrong}
+    if tokens is not None:
+        tokens = np.asarray(torch.as_tensor(tokens).cpu()).astype(np.int64)
+        if tokens.shape != (n,):
+            raise ValueError(f"tokens must be one sequence of {n} ids, got shape {tokens.shape}")
+        symbols = [VOCAB[t] for t in tokens]
+        text = [symbols[t] + symbols[t + 1] if t % 2 == 0 and t + 1 < n else symbols[t] for t in range(n)]
+        names = [f"{t}:{symbols[t]} ({text[t - t % 2]})" for t in range(n)]
+        color = [ROLE_COLOR.get(tokens[t], TEXT_COLOR) if t % 2 == 0 else TEXT_COLOR for t in range(n)]
+        labelled = np.arange(n) % 2 == 0
+    else:
+        text = list(labels) if labels is not None else [str(t) for t in range(n)]
+        if len(text) != n:
+            raise ValueError(f"{len(text)} labels for {n} tokens")
+        names = [f"{t}:{label}" for t, label in enumerate(text)]
+        color = [TEXT_COLOR] * n
+        labelled = np.ones(n, dtype=bool)
+    color = [WRONG_COLOR if t in wrong else c for t, c in enumerate(color)]
+    positions = np.arange(start, stop, stride)
+    ticks = [i for i, t in enumerate(positions) if labelled[t]] or list(range(len(positions)))
+    step = math.ceil(len(ticks) / max_ticks)
+    ticks = ticks[::step]
+    # Thinned ticks skip tokens, so each says where it stands.
+    tick_text = [text[t] if step == 1 or text[t] == str(t) else f"{t}:{text[t]}" for t in positions[ticks]]
+    return TokenAxis(positions, [names[t] for t in positions], ticks, tick_text, [color[positions[i]] for i in ticks],
+                     [] if tokens is None else _read_marks(tokens, positions, wrong))
+
+
+def _read_marks(tokens: np.ndarray, positions: np.ndarray, wrong: set[int]) -> list[tuple[int, int, bool]]:
+    index = {int(t): i for i, t in enumerate(positions)}
+    last_write = last_write_positions(tokens)
+    return [(index[t], index[int(last_write[t])], t in wrong) for t in index
+            if t % 2 == 0 and tokens[t] == READ and int(last_write[t]) in index]
+
+
+@dataclass
+class Panel:
+    """One heatmap, cut to the axis' positions: ``values`` is NaN wherever the cell is drawn in
+    a fixed colour (``zero``: exact zeros with j <= i; ``hidden``: j > i)."""
+
+    title: str
+    values: np.ndarray
+    zero: np.ndarray
+    hidden: np.ndarray
+    signed: bool
+
+
+def _panel(title: str, m, axis: TokenAxis, causal: bool, signed: bool | None) -> Panel:
+    m = torch.as_tensor(m).detach().double().cpu().numpy()
+    if m.ndim != 2 or m.shape[0] != m.shape[1]:
+        raise ValueError(f"panel {title!r}: expected one [query_pos, key_pos] map, got shape {m.shape}")
+    p = axis.positions
+    sub = m[np.ix_(p, p)]
+    hidden = p[None, :] > p[:, None] if causal else np.zeros(sub.shape, dtype=bool)
+    zero = (sub == 0) & ~hidden
+    signed = bool((sub[~hidden] < 0).any()) if signed is None else signed
+    return Panel(title, np.where(hidden | zero, np.nan, sub), zero, hidden, signed)
+
+
+def _limits(panels: list[Panel], shared: bool) -> list[tuple[float, float]]:
+    """Colour range per panel: [0, max] for non-negative maps, [-max|.|, max|.|] (centred at 0) for signed ones."""
+    tops = []
+    for panel in panels:
+        finite = np.abs(panel.values[np.isfinite(panel.values)])
+        tops.append(float(finite.max()) if finite.size and finite.max() > 0 else 1.0)
+    if shared:
+        tops = [max(tops)] * len(tops)
+    return [(-top, top) if panel.signed else (0.0, top) for panel, top in zip(panels, tops)]
+
+
+def _plotly_grid(panels: list[Panel], axis: TokenAxis, ncols: int, shared: bool) -> go.Figure:
+    nrows = math.ceil(len(panels) / ncols)
+    fig = make_subplots(nrows, ncols, subplot_titles=[p.title for p in panels],
+                        horizontal_spacing=0.6 / (ncols + 4), vertical_spacing=0.25 / nrows)
+    ticks = dict(type="category", tickmode="array", showgrid=False, tickfont=dict(size=_font_size(len(axis.ticks))),
+                 tickvals=[axis.names[i] for i in axis.ticks],
+                 ticktext=[f'<span style="color:{c}">{t}</span>' for t, c in zip(axis.tick_text, axis.tick_color)])
+    n_shown = len(axis.positions)
+    cell = 400 / n_shown
+    for n, (panel, (lo, hi)) in enumerate(zip(panels, _limits(panels, shared))):
+        row, col = n // ncols + 1, n % ncols + 1
+        domain = fig.get_subplot(row, col)
+        x1, (y0, y1) = domain.xaxis.domain[1], domain.yaxis.domain
+        grid = dict(x=axis.names, y=axis.names, hoverongaps=False, hovertemplate=HOVER)
+        fig.add_trace(go.Heatmap(z=np.where(panel.zero, 0.0, np.nan), colorscale=[[0, ZERO_COLOR], [1, ZERO_COLOR]],
+                                 showscale=False, name="exact zero", **grid), row, col)
+        fig.add_trace(go.Heatmap(z=panel.values, colorscale=(DIVERGING if panel.signed else SEQUENTIAL)[1],
+                                 zmin=lo, zmax=hi, name=panel.title, showscale=not shared or n == 0,
+                                 colorbar=dict(x=x1 + 0.005, xanchor="left", y=(y0 + y1) / 2, len=y1 - y0,
+                                               thickness=10), **grid), row, col)
+        if axis.marks:
+            q, k, bad = zip(*axis.marks)
+            fig.add_trace(go.Scatter(
+                x=[axis.names[i] for i in k], y=[axis.names[i] for i in q], mode="markers", name="last write",
+                marker=dict(symbol="square-open", size=min(16, max(6, cell)),
+                            color=[WRONG_COLOR if b else IDEAL_COLOR for b in bad], line=dict(width=2)),
+                hovertext=[f"read {axis.names[a]}{' (wrong)' if b else ''}<br>last write {axis.names[c]}"
+                           for a, c, b in axis.marks], hoverinfo="text"), row, col)
+        # Fixed ranges: markers would otherwise pad the autorange with an empty band.
+        fig.update_xaxes(title_text="key", range=[-0.5, n_shown - 0.5], row=row, col=col, **ticks)
+        fig.update_yaxes(title_text="query", range=[n_shown - 0.5, -0.5], row=row, col=col, **ticks)
+    fig.update_layout(width=140 + 470 * ncols, height=100 + 440 * nrows, plot_bgcolor=HIDDEN_COLOR,
+                      showlegend=False, margin=dict(l=60, r=60, t=60, b=60))
+    return fig
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in ("plotly", "matplotlib"):
+        raise ValueError(f"backend must be 'plotly' or 'matplotlib', got {backend!r}")
+
+
+def _font_size(n_ticks: int) -> float:
+    return float(np.clip(360 / max(n_ticks, 1), 5, 10))
+
+
+def _matplotlib_grid(panels: list[Panel], axis: TokenAxis, ncols: int, shared: bool) -> Figure:
+    nrows = math.ceil(len(panels) / ncols)
+    fig = Figure(figsize=(4.8 * ncols, 4.4 * nrows), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    size = float(np.clip(230 / len(axis.positions), 2, 12)) ** 2
+    for n, (ax, panel, (lo, hi)) in enumerate(zip(axes, panels, _limits(panels, shared))):
+        cmap = matplotlib.colormaps[(DIVERGING if panel.signed else SEQUENTIAL)[0]]
+        norm = Normalize(lo, hi)
+        rgba = cmap(norm(np.nan_to_num(panel.values)))
+        rgba[panel.zero] = to_rgba(ZERO_COLOR)
+        rgba[panel.hidden] = to_rgba(HIDDEN_COLOR)
+        ax.imshow(rgba, interpolation="nearest")
+        if not shared or n == 0:
+            fig.colorbar(ScalarMappable(norm, cmap), ax=axes[:len(panels)] if shared else ax, shrink=0.85)
+        ax.set_title(panel.title)
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+        font = _font_size(len(axis.ticks)) * 0.8
+        ax.set_xticks(axis.ticks, axis.tick_text, rotation=90, fontsize=font, fontfamily="monospace")
+        ax.set_yticks(axis.ticks, axis.tick_text, fontsize=font, fontfamily="monospace")
+        for label, color in [*zip(ax.get_xticklabels(), axis.tick_color), *zip(ax.get_yticklabels(), axis.tick_color)]:
+            label.set_color(color)
+        if axis.marks:
+            q, k, bad = zip(*axis.marks)
+            ax.scatter(k, q, s=size, marker="s", facecolors="none", linewidths=1.2,
+                       edgecolors=[WRONG_COLOR if b else IDEAL_COLOR for b in bad])
+    for ax in axes[len(panels):]:
+        ax.set_axis_off()
+    return fig
+
+
+def heatmap_grid(panels: Mapping[str, torch.Tensor], tokens=None, *, labels: Sequence[str] | None = None,
+                 wrong: Iterable[int] = (), window: tuple[int, int] | None = None, stride: int = 1,
+                 causal: bool = True, signed: bool | None = None, shared_scale: bool = False,
+                 ncols: int | None = None, max_ticks: int = 64, backend: str = "plotly"):
+    """A grid of ``[query_pos, key_pos]`` maps of one sequence, ``{title: map}``, row-major.
+
+    ``tokens``/``labels``/``wrong``/``window``/``stride``/``max_ticks``: see :func:`token_axis`
+    (a window keeps long sequences readable: ``window=(448, 512)`` or ``stride=8``).
+    ``causal``: grey out j > i (False for maps defined everywhere). ``signed``: force the
+    diverging scale (default: when the shown entries have a negative value). ``shared_scale``:
+    one colour range for all panels (for maps of one kind, e.g. all heads' patterns).
+    """
+    _check_backend(backend)
+    if not panels:
+        raise ValueError("no maps to plot")
+    shapes = {tuple(torch.as_tensor(m).shape) for m in panels.values()}
+    if len(shapes) != 1:
+        raise ValueError(f"the maps differ in shape: {sorted(shapes)}")
+    axis = token_axis(shapes.pop()[-1], tokens, labels, wrong, window, stride, max_ticks)
+    built = [_panel(title, m, axis, causal, signed) for title, m in panels.items()]
+    ncols = ncols or min(len(built), 4)
+    render = _plotly_grid if backend == "plotly" else _matplotlib_grid
+    return render(built, axis, ncols, shared_scale)
+
+
+def heatmap(m, tokens=None, *, title: str = "", **options):
+    """One ``[query_pos, key_pos]`` map (pattern, S, S', M, D-bar, gates, a view, a bias);
+    options as :func:`heatmap_grid`."""
+    return heatmap_grid({title: m}, tokens, ncols=1, **options)
+
+
+def layer_head_panels(maps: Maps, seq: int = 0, prefix: str = "") -> dict[str, torch.Tensor]:
+    """``{"L{layer} H{head}": map}`` of sequence ``seq`` from ``[batch, head, q, k]`` maps."""
+    return {f"{prefix}L{layer} H{head}": a[seq, head] for layer, a in by_layer(maps).items()
+            for head in range(a.shape[1])}
+
+
+def attention_grid(maps: Maps, tokens=None, *, seq: int = 0, **options):
+    """All layers (rows) x heads (columns) of one sequence, on one colour scale by default."""
+    n_heads = next(iter(by_layer(maps).values())).shape[1]
+    options = {"shared_scale": True, "ncols": n_heads, **options}
+    return heatmap_grid(layer_head_panels(maps, seq), tokens, **options)
+
+
+def compare(panels_a: Mapping[str, torch.Tensor], panels_b: Mapping[str, torch.Tensor], tokens=None, *,
+            names: tuple[str, str] = ("A", "B"), **options):
+    """Two models on the same sequence side by side (TRA vs FoT, TRA paper App. A): row r shows
+    the r-th map of each model; each panel has its own colour range unless ``shared_scale``."""
+    if len(panels_a) != len(panels_b):
+        raise ValueError(f"{names[0]} has {len(panels_a)} maps and {names[1]} {len(panels_b)}; pair them up")
+    rows = {}
+    for (title_a, a), (title_b, b) in zip(panels_a.items(), panels_b.items()):
+        rows[f"{names[0]}: {title_a}"] = a
+        rows[f"{names[1]}: {title_b}"] = b
+    return heatmap_grid(rows, tokens, ncols=2, **options)
+
+
+def chart(frame: pd.DataFrame, x: str, y: str = "value", *, series: str | None = None, kind: str = "line",
+          reference: tuple[Sequence, Sequence, str] | None = None, title: str = "", xlabel: str | None = None,
+          ylabel: str | None = None, log_x: bool = False, log_y: bool = False, backend: str = "plotly"):
+    """A line or grouped-bar chart of a tidy frame, one trace per value of ``series``, with an
+    optional dashed ``reference`` = (xs, ys, label) (the uniform baseline, the Gaussian tail,
+    linear growth)."""
+    _check_backend(backend)
+    if kind not in ("line", "bar"):
+        raise ValueError(f"kind must be 'line' or 'bar', got {kind!r}")
+    data = frame.sort_values([x] + ([series] if series else []))
+    xlabel, ylabel = xlabel or x, ylabel or y
+    markers = data[x].nunique() <= 32     # dots on short lines; a long one (per position) stays a line
+    if backend == "plotly":
+        data = data.assign(**{series: data[series].astype(str)}) if series else data
+        style = {"markers": markers} if kind == "line" else {"barmode": "group"}
+        fig = (px.line if kind == "line" else px.bar)(data, x=x, y=y, color=series, log_x=log_x, log_y=log_y,
+                                                     title=title, labels={x: xlabel, y: ylabel}, **style)
+        if kind == "bar":
+            fig.update_xaxes(type="category")
+        if reference:
+            fig.add_trace(go.Scatter(x=list(reference[0]), y=list(reference[1]), name=reference[2],
+                                     mode="lines+markers", line=dict(dash="dash", color="black")))
+        return fig
+    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel, xscale="log" if log_x else "linear",
+           yscale="log" if log_y else "linear")   # before the ticks: setting a scale resets them
+    groups = list(data.groupby(series, sort=True)) if series else [(None, data)]
+    if kind == "line":
+        for name, group in groups:
+            ax.plot(group[x], group[y], marker="o" if markers else None, label=f"{series} {name}" if series else None)
+        place = list(reference[0]) if reference else []
+    else:
+        categories = sorted(data[x].unique())
+        where = {c: i for i, c in enumerate(categories)}
+        width = 0.8 / len(groups)
+        for n, (name, group) in enumerate(groups):
+            offset = (n - (len(groups) - 1) / 2) * width
+            ax.bar([where[v] + offset for v in group[x]], group[y], width, label=f"{series} {name}" if series else None)
+        ax.set_xticks(range(len(categories)), [str(c) for c in categories])
+        place = [where[v] for v in reference[0]] if reference else []
+    if reference:
+        ax.plot(place, list(reference[1]), "k--", marker="_", markersize=14, label=reference[2])
+    if series or reference:
+        ax.legend(fontsize=8)
+    return fig
+
+
+def _rows(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
+    rows = frame[frame.metric == metric]
+    if rows.empty:
+        raise ValueError(f"the frame has no {metric!r} rows (metrics: {sorted(frame.metric.unique())})")
+    return rows
+
+
+def _series(frame: pd.DataFrame, series: str | None) -> str | None:
+    return series if series in frame.columns else None
+
+
+def sparsity_chart(frame: pd.DataFrame, series: str = "map", backend: str = "plotly"):
+    """Exact-zero sparsity per layer (TDA Fig. 1a), mean over heads, from :func:`sparsity` frames."""
+    data = summarise(_rows(frame, "sparsity"))
+    return chart(data, "layer", series=_series(data, series), kind="bar", title="Sparsity (exact zeros)",
+                 ylabel="fraction of causal entries = 0", backend=backend)
+
+
+def max_abs_chart(frame: pd.DataFrame, series: str = "map", backend: str = "plotly"):
+    """Largest |weight| per layer for the pattern and each view (TDA Fig. 1b)."""
+    data = summarise(_rows(frame, "max_abs_weight"), how="max")
+    return chart(data, "layer", series=_series(data, series), kind="bar", title="Max |attention weight|",
+                 ylabel="max |a_ij|", backend=backend)
+
+
+def sink_ratio_chart(frame: pd.DataFrame, key_pos: int = 0, series: str = "model", backend: str = "plotly"):
+    """gSinkRatio of one key position (mean over layers and heads) against context length
+    (TDA Fig. 1c), from :func:`sink_ratio` frames at several lengths; 1 = uniform."""
+    rows = _rows(frame, "gsink_ratio")
+    data = summarise(rows[rows.key_pos == key_pos], over=("layer", "head"))
+    lengths = sorted(data.seq_len.unique())
+    return chart(data, "seq_len", series=_series(data, series), reference=(lengths, [1.0] * len(lengths), "uniform"),
+                 title=f"gSinkRatio at key position {key_pos}", xlabel="context length", ylabel="gSinkRatio",
+                 log_x=True, backend=backend)
+
+
+def survivor_chart(frame: pd.DataFrame, series: str = "layer", backend: str = "plotly"):
+    """Mean surviving keys per query against context length (TDA Fig. 4), from
+    :func:`survivor_scaling` (or concatenated :func:`survivor_counts`) frames, with linear growth."""
+    data = _rows(frame, "survivors")
+    data = summarise(data) if "head" in data.columns else data
+    lengths = np.array(sorted(data.seq_len.unique()), dtype=float)
+    start = data[data.seq_len == lengths[0]].value.mean()
+    return chart(data, "seq_len", series=_series(data, series),
+                 reference=(lengths, start * lengths / lengths[0], "linear O(n)"), title="Surviving keys per query",
+                 xlabel="context length", ylabel="mean survivors", log_x=True, log_y=True, backend=backend)
+
+
+def dispersion_chart(frame: pd.DataFrame, series: str = "layer", backend: str = "plotly"):
+    """Dispersion ratio E[H(a_i)] / log |S(i)| against |S(i)| (TDA Sec. 3), mean over heads,
+    from a :func:`dispersion` frame; 1 = as dispersed as uniform attention."""
+    data = summarise(_rows(frame, "dispersion_ratio")).dropna(subset=["value"])
+    data = data.assign(context=data.query_pos + 1)
+    ends = [data.context.min(), data.context.max()]
+    return chart(data, "context", series=_series(data, series), reference=(ends, [1.0, 1.0], "uniform"),
+                 title="Dispersion ratio", xlabel="|S(i)| (keys visible to the query)",
+                 ylabel="E[H(a_i)] / log |S(i)|", log_x=True, backend=backend)
+
+
+def tail_chart(frame: pd.DataFrame, series: str = "layer", backend: str = "plotly"):
+    """P(|s| > k sigma) of the raw logits per layer next to N(0, 1) (TDA Table 7)."""
+    data = _rows(frame, "tail_probability")
+    gaussian = data.drop_duplicates("k").sort_values("k")
+    return chart(data, "k", series=_series(data, series), kind="bar",
+                 reference=(list(gaussian.k), list(gaussian.gaussian), "N(0, 1)"), title="Tail probabilities of logits",
+                 xlabel="k", ylabel="P(|s| > k sigma)", log_y=True, backend=backend)
+
+
+def correlation_chart(frame: pd.DataFrame, series: str = "map", backend: str = "plotly"):
+    """Mean cross-view Pearson correlation per layer (TDA Fig. 5); constant views are skipped."""
+    data = summarise(_rows(frame, "cross_view_correlation"))
+    return chart(data, "layer", series=_series(data, series), kind="bar", title="Cross-view correlation",
+                 ylabel="Pearson r", backend=backend)
+
+
+def error_rate_chart(rates: pd.DataFrame, x: str = "dependency_length", series: str = "model",
+                     backend: str = "plotly"):
+    """Error rate against dependency length (flip-flop paper Fig. 12 right), from
+    :func:`interp.metrics.error_rate_by_dependency`."""
+    return chart(rates, x, "error_rate", series=_series(rates, series), title="Errors by dependency length",
+                 xlabel=x.replace("_", " "), ylabel="error rate", log_x=bool((rates[x] > 0).all()), backend=backend)
+
+
+def save(fig, path) -> Path:
+    """Write a figure: plotly to a self-contained ``.html`` (plotly.js inline, opens offline) or
+    ``.json``; matplotlib to ``.png``/``.pdf``/``.svg``."""
+    path = Path(path)
+    if isinstance(fig, go.Figure):
+        if path.suffix == ".html":
+            fig.write_html(path, include_plotlyjs=True, full_html=True)
+        elif path.suffix == ".json":
+            fig.write_json(path)
+        else:
+            raise ValueError(f"plotly figures save as .html or .json, not {path.suffix!r}; "
+                             "draw static images with backend='matplotlib'")
+    else:
+        fig.savefig(path, dpi=150)
+    return path
+
+
+def to_html(fig, include_plotlyjs: bool = True) -> str:
+    """An HTML fragment for a report: a plotly figure as a ``div`` (with plotly.js inline when
+    ``include_plotlyjs``: once per page is enough), a matplotlib figure as an inline PNG."""
+    if isinstance(fig, go.Figure):
+        return fig.to_html(include_plotlyjs=include_plotlyjs, full_html=False)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120)
+    return f'<img alt="figure" src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">'

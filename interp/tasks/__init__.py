@@ -1,0 +1,17 @@
+"""Tasks: the flip-flop language, its canonical splits, text I/O, and the automaton task.
+
+Pure numpy; nothing here imports torch.
+"""
+
+from interp.tasks.automaton import (
+    BOTTOM, D_VOCAB_AUTOMATON, SIGMA_0, SIGMA_1, automaton_states, sample_automaton,
+)
+from interp.tasks.flipflop import (
+    CANONICAL_SEQ_LEN, D_VOCAB, TRAIN_P_I, IGNORE, ONE, READ, SPLITS, VOCAB, WRITE, ZERO, Split,
+    count_reads, instruction_probs, last_write_positions, load_split, read_mask,
+    sample_ffl, sample_mixture, train_batch,
+)
+from interp.tasks.text import (
+    FlipFlopFormatError, format_sequence, parse_sequence, parse_sequences,
+    read_sequences, validate, write_sequences,
+)

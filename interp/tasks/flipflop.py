@@ -1,0 +1,145 @@
+"""The flip-flop language FFL(T, p) (Liu et al., "Exposing Attention Glitches", Sec. 3.1).
+
+A flip-flop string is T tokens of alternating (instruction, bit) pairs. The first
+instruction is ``w``, the last is ``r``, the others are i.i.d. from (p_w, p_r, p_i).
+Bits after ``w`` and ``i`` are uniform; the bit after ``r`` equals the bit of the most
+recent ``w``. ``FFL(p_i)`` is shorthand for p_w = p_r = (1 - p_i) / 2.
+
+Sequences are ``uint8`` arrays of token ids in the public dataset's mapping
+(``w``=0, ``r``=1, ``i``=2, ``0``=3, ``1``=4); ``uint8`` keeps the 10^5-sequence sparse
+split at 51 MB instead of 400 MB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+WRITE, READ, IGNORE, ZERO, ONE = 0, 1, 2, 3, 4
+VOCAB = ("w", "r", "i", "0", "1")
+D_VOCAB = len(VOCAB)
+
+
+def instruction_probs(p_i: float) -> tuple[float, float, float]:
+    """(p_w, p_r, p_i) of FFL(p_i): writes and reads share the non-ignore mass equally."""
+    if not 0.0 <= p_i <= 1.0:
+        raise ValueError(f"p_i must lie in [0, 1], got {p_i}")
+    return ((1.0 - p_i) / 2, (1.0 - p_i) / 2, p_i)
+
+
+def sample_ffl(
+    n: int,
+    seq_len: int = 512,
+    p_i: float | np.ndarray = 0.8,
+    rng: np.random.Generator | int | None = None,
+) -> np.ndarray:
+    """Draw ``n`` sequences from FFL(seq_len, p_i), vectorised over the whole batch.
+
+    ``p_i`` is a scalar or an array of shape ``[n]`` (one distribution per sequence, used
+    by the long-tailed mixture). Returns ``uint8 [n, seq_len]``.
+
+    All randomness comes from a single ``[n, pairs]`` draw of 32-bit integers, so row ``k``
+    depends only on the seed and ``k``: the first ``m`` sequences of a seed are the
+    same whatever ``n >= m`` is asked for (``-n`` takes a prefix of a canonical split).
+    """
+    if seq_len < 4 or seq_len % 2:
+        raise ValueError(f"seq_len must be an even number >= 4, got {seq_len}")
+    rng = np.random.default_rng(rng)
+    pairs = seq_len // 2
+    p_w = ((1.0 - np.broadcast_to(np.asarray(p_i, dtype=np.float64), (n,))) / 2)[:, None]
+
+    # One 32-bit draw per pair: the low bit is the data bit, the upper 31 bits a uniform
+    # for the instruction (WRITE=0 below p_w, READ=1 below 2 p_w, IGNORE=2 above).
+    draws = rng.integers(0, 2**32, size=(n, pairs), dtype=np.uint32)
+    bits = (draws & 1).astype(np.uint8)
+    u_instr = draws >> 1
+    write_below = np.round(p_w * 2**31).astype(np.uint32)
+    read_below = np.round(2 * p_w * 2**31).astype(np.uint32)
+    instr = (u_instr >= write_below).astype(np.uint8) + (u_instr >= read_below)
+    instr[:, 0] = WRITE
+    instr[:, -1] = READ
+
+    # Index of the most recent write at or before each pair: a running max of write indices.
+    write_idx = np.where(instr == WRITE, np.arange(pairs, dtype=np.int32), 0)
+    last_write = np.maximum.accumulate(write_idx, axis=1)
+    bits = np.where(instr == READ, bits[np.arange(n)[:, None], last_write], bits)
+
+    tokens = np.empty((n, seq_len), dtype=np.uint8)
+    tokens[:, 0::2] = instr
+    tokens[:, 1::2] = bits + ZERO
+    return tokens
+
+
+def sample_mixture(
+    n: int,
+    seq_len: int = 512,
+    p_is: tuple[float, ...] = (0.8, 0.98, 0.1),
+    rng: np.random.Generator | int | None = None,
+) -> np.ndarray:
+    """The long-tailed training mixture (App. B.3): each sequence picks its p_i uniformly."""
+    rng = np.random.default_rng(rng)
+    choice = rng.integers(0, len(p_is), size=n)
+    return sample_ffl(n, seq_len, np.asarray(p_is)[choice], rng)
+
+
+@dataclass(frozen=True)
+class Split:
+    """A canonical split: FFL(p_i) at T = 512, from its own fixed seed."""
+
+    name: str
+    p_i: float
+    size: int
+    seed: int
+    published_reads: int | None = None
+
+
+SPLITS: dict[str, Split] = {
+    "iid": Split("iid", 0.8, 1_000, 51_001, published_reads=26_508),
+    "sparse": Split("sparse", 0.98, 100_000, 51_002, published_reads=353_875),
+    "dense": Split("dense", 0.1, 3_000, 51_003, published_reads=345_781),
+}
+TRAIN_P_I = 0.8
+CANONICAL_SEQ_LEN = 512
+
+
+def load_split(name: str, n: int | None = None, seq_len: int = CANONICAL_SEQ_LEN) -> np.ndarray:
+    """The first ``n`` sequences (default: all) of a canonical evaluation split."""
+    if name not in SPLITS:
+        raise KeyError(f"unknown split {name!r}; choose one of {sorted(SPLITS)} (or 'train')")
+    split = SPLITS[name]
+    n = split.size if n is None else n
+    if not 0 < n <= split.size:
+        raise ValueError(f"split {name!r} has {split.size} sequences; asked for n={n}")
+    return sample_ffl(n, seq_len, split.p_i, split.seed)
+
+
+def train_batch(
+    batch_size: int, step: int, seed: int, seq_len: int = CANONICAL_SEQ_LEN, mixture: bool = False
+) -> np.ndarray:
+    """The fresh training batch of ``step``: a pure function of (seed, step), so resuming
+    a run at any step sees exactly the data an uninterrupted run would have seen."""
+    rng = np.random.default_rng([seed, step])
+    if mixture:
+        return sample_mixture(batch_size, seq_len, rng=rng)
+    return sample_ffl(batch_size, seq_len, TRAIN_P_I, rng)
+
+
+def read_mask(tokens: np.ndarray) -> np.ndarray:
+    """True at each ``r`` instruction: the positions whose next token is scored."""
+    mask = np.zeros(tokens.shape, dtype=bool)
+    mask[..., 0::2] = tokens[..., 0::2] == READ
+    return mask
+
+
+def count_reads(tokens: np.ndarray) -> int:
+    return int(read_mask(tokens).sum())
+
+
+def last_write_positions(tokens: np.ndarray) -> np.ndarray:
+    """For every position t, the token index of the most recent ``w`` at or before t
+    (``-1`` before the first write). Shape as ``tokens``."""
+    pos = np.arange(tokens.shape[-1])
+    is_write = (tokens == WRITE) & (pos % 2 == 0)
+    idx = np.where(is_write, pos, -1)
+    return np.maximum.accumulate(idx, axis=-1)

@@ -1,0 +1,297 @@
+"""Training on flip-flop tasks: AdamW, linear warm-up then cosine decay, gradient clipping,
+optional attention-sharpening regularisers (flip-flop paper Sec. 5.2), periodic
+evaluation, checkpoints, exact resume, and Ctrl-C that saves before exiting.
+
+Determinism: the batch of step ``s`` is a pure function of ``(seed, s)`` and the torch
+RNG (dropout, Label positions) is re-seeded from ``(seed, s)`` at every step, so a run
+resumed from any checkpoint reproduces the uninterrupted run bit for bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+import models
+from interp.evaluate import evaluate_splits
+from interp.tasks import read_mask, sample_automaton, train_batch
+from models import ModelConfig
+
+REGULARISERS = ("none", "entropy", "l2", "linf")
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 1000
+    batch_size: int = 16
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    warmup: int = 50
+    min_lr_ratio: float = 0.0
+    grad_clip: float = 1.0
+    seq_len: int = 512
+    loss: str = "clean"            # "clean": only the bit after each r; "generative": every next token
+    task: str = "flipflop"         # "flipflop" | "automaton"
+    mixture: bool = False          # long-tailed mixture: uniform over FFL(0.8), FFL(0.98), FFL(0.1)
+    p_bottom: float = 0.5          # automaton task: probability of the no-op input
+    regulariser: str = "none"      # attention sharpening: "entropy" | "l2" (neg. L2) | "linf" (neg. L-inf)
+    reg_coef: float = 0.0
+    reg_start: int = 0
+    seed: int = 0
+    data_file: str | None = None   # train on a local JSONL/Parquet file instead of fresh samples
+    eval_every: int = 0            # 0: evaluate once at the end
+    eval_n: int = 200
+    checkpoint_every: int = 0      # 0: checkpoint only at the end (and on Ctrl-C)
+
+    def __post_init__(self):
+        if self.loss not in ("clean", "generative"):
+            raise ValueError(f"loss must be 'clean' or 'generative', got {self.loss!r}")
+        if self.task not in ("flipflop", "automaton"):
+            raise ValueError(f"task must be 'flipflop' or 'automaton', got {self.task!r}")
+        if self.regulariser not in REGULARISERS:
+            raise ValueError(f"regulariser must be one of {REGULARISERS}, got {self.regulariser!r}")
+        if self.steps < 1 or self.batch_size < 1:
+            raise ValueError("steps and batch_size must be positive")
+
+    # Fields that change how the run is logged, not what it computes: a resume may differ in these.
+    LOGGING_FIELDS = ("eval_every", "eval_n", "checkpoint_every")
+
+    def semantic_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in self.LOGGING_FIELDS}
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up over ``warmup`` steps, then cosine decay to ``min_lr_ratio * lr``."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def step_seed(seed: int, step: int) -> int:
+    return int(np.random.SeedSequence([seed, step, 1]).generate_state(1)[0])
+
+
+class BatchSource:
+    """Inputs, targets and the scored-position mask of each step, as ``[batch, pos]`` tensors."""
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+        self.file_tokens = None
+        if cfg.data_file is not None:
+            from interp.tasks import read_sequences
+
+            self.file_tokens = read_sequences(cfg.data_file)
+
+    def __call__(self, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        cfg = self.cfg
+        if cfg.task == "automaton":
+            inputs, states = sample_automaton(cfg.batch_size, cfg.seq_len, cfg.p_bottom, rng=[cfg.seed, step])
+            x, y = torch.from_numpy(inputs.astype(np.int64)), torch.from_numpy(states.astype(np.int64))
+            return x, y, torch.ones_like(x, dtype=torch.bool)
+        if self.file_tokens is not None:
+            rows = (step * cfg.batch_size + np.arange(cfg.batch_size)) % len(self.file_tokens)
+            tokens = self.file_tokens[rows]
+        else:
+            tokens = train_batch(cfg.batch_size, step, cfg.seed, cfg.seq_len, cfg.mixture)
+        tokens = torch.from_numpy(tokens.astype(np.int64))
+        x, y = tokens[:, :-1], tokens[:, 1:]
+        if cfg.loss == "generative":
+            return x, y, torch.ones_like(x, dtype=torch.bool)
+        return x, y, torch.from_numpy(read_mask(tokens[:, :-1].numpy()))
+
+
+def sharpening_penalty(patterns: list[torch.Tensor], kind: str) -> torch.Tensor:
+    """Mean over layers, heads and queries of a sparsity-promoting term of the attention
+    weights (flip-flop paper Sec. 5.2): entropy H(a), or -||a||_2, or -||a||_inf. Signed
+    (differential) weights enter through |a| / ||a||_1; empty rows contribute 0."""
+    terms = []
+    for pattern in patterns:
+        mass = pattern.float().abs()
+        p = mass / mass.sum(-1, keepdim=True).clamp_min(1e-12)
+        if kind == "entropy":
+            terms.append(-(p * p.clamp_min(1e-12).log()).sum(-1).mean())
+        elif kind == "l2":
+            terms.append(-p.norm(dim=-1).mean())
+        else:
+            terms.append(-p.amax(-1).mean())
+    return torch.stack(terms).mean()
+
+
+def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    return {f"{idx}.{key}": value for idx, state in optimizer.state_dict()["state"].items()
+            for key, value in state.items()}
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor]) -> None:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for name, value in tensors.items():
+        idx, key = name.split(".", 1)
+        state.setdefault(int(idx), {})[key] = value
+    optimizer.load_state_dict({"state": state, "param_groups": optimizer.state_dict()["param_groups"]})
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (norm gains, biases and scalars are not decayed)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.999))
+
+
+class _GracefulInterrupt:
+    """Turns the first Ctrl-C into a flag checked between steps (so the checkpoint is
+    never taken mid-update); a second Ctrl-C interrupts at once."""
+
+    def __init__(self):
+        self.requested = False
+
+    def __enter__(self):
+        try:
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not the main thread: leave signals alone
+            self.previous = None
+        return self
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+
+class TrainingInterrupted(Exception):
+    def __init__(self, step: int, path: Path):
+        self.step, self.path = step, path
+        super().__init__(f"interrupted after step {step}; checkpoint saved to {path} (resume with --resume)")
+
+
+def train(
+    model_cfg: ModelConfig,
+    cfg: TrainConfig,
+    out: str | Path,
+    resume: bool = False,
+    progress: bool = True,
+    metadata: dict[str, Any] | None = None,
+) -> torch.nn.Module:
+    """Train a model and checkpoint it to ``out``; returns the trained model (eval mode).
+
+    With ``resume=True`` and a checkpoint in ``out``, training continues from its step;
+    the model and training configs must equal the checkpoint's.
+    """
+    out = Path(out)
+    torch.manual_seed(cfg.seed)
+    model = models.build_model(model_cfg)
+    optimizer = make_optimizer(model, cfg)
+    start = 0
+    if resume and (out / models.checkpoint.CONFIG_FILE).exists():
+        saved = models.read_config(out)
+        if saved["model"] != model_cfg.to_dict():
+            raise ValueError(f"{out}: cannot resume, the model config differs from the checkpoint's")
+        saved_train = {k: v for k, v in saved["training"]["config"].items() if k not in TrainConfig.LOGGING_FIELDS}
+        if saved_train != cfg.semantic_dict():
+            diff = {k: (saved_train.get(k), v) for k, v in cfg.semantic_dict().items() if saved_train.get(k) != v}
+            raise ValueError(f"{out}: cannot resume, training options differ from the checkpoint's: {diff}")
+        model = models.load(out)
+        optimizer = make_optimizer(model, cfg)
+        load_optimizer_state(optimizer, models.checkpoint.load_training_state(out))
+        start = saved["training"]["step"]
+    model.train()
+
+    batches = BatchSource(cfg)
+    log_file = out / "log.jsonl"
+    out.mkdir(parents=True, exist_ok=True)
+    history: list[dict[str, Any]] = []
+
+    def checkpoint(step: int, evaluation: dict | None = None) -> Path:
+        training = {"config": dataclasses.asdict(cfg), "step": step}
+        meta = {**(metadata or {}), **({"evaluation": evaluation} if evaluation else {})}
+        return models.save(out, model, training=training,
+                           training_state=optimizer_state_tensors(optimizer), metadata=meta)
+
+    patterns: list[torch.Tensor] = []
+    reg_hooks = []
+    if cfg.regulariser != "none":
+        if model_cfg.attention is None:
+            raise ValueError("attention-sharpening regularisers need an attention model, not the LSTM")
+        reg_hooks = [(f"blocks.{layer}.attn.hook_pattern", lambda a, hook: patterns.append(a))
+                     for layer in range(model_cfg.n_layers)]
+
+    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not progress,
+               desc=f"train {model_cfg.model}", dynamic_ncols=True)
+    t0 = time.time()
+    with _GracefulInterrupt() as interrupt, model.hooks(fwd_hooks=reg_hooks):
+        for step in bar:
+            torch.manual_seed(step_seed(cfg.seed, step))
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, cfg)
+            x, y, scored = batches(step)
+            patterns.clear()
+            if cfg.loss == "clean" or cfg.task == "automaton":
+                logits = model.unembed(model(x, return_type="normalized")[scored])
+                loss = F.cross_entropy(logits.float(), y[scored])
+            else:
+                loss = F.cross_entropy(model(x).float().flatten(0, 1), y.flatten())
+            total = loss
+            if patterns and step >= cfg.reg_start:
+                total = loss + cfg.reg_coef * sharpening_penalty(patterns, cfg.regulariser)
+            optimizer.zero_grad(set_to_none=True)
+            total.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+
+            done = step + 1
+            record = {"step": done, "loss": loss.item(), "lr": lr_at(step, cfg), "time": time.time() - t0}
+            bar.set_postfix(loss=f"{record['loss']:.4f}")
+            if cfg.task == "flipflop" and cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps:
+                record["eval"] = quick_eval(model, cfg.eval_n)
+                bar.write(f"step {done}: " + format_quick_eval(record["eval"]))
+            history.append(record)
+            if cfg.checkpoint_every and done % cfg.checkpoint_every == 0:
+                _append_log(log_file, history)
+                checkpoint(done)
+            if interrupt.requested:
+                _append_log(log_file, history)
+                raise TrainingInterrupted(done, checkpoint(done))
+    bar.close()
+    final_eval = quick_eval(model, cfg.eval_n) if cfg.task == "flipflop" else None
+    if final_eval:
+        history.append({"step": cfg.steps, "eval": final_eval})
+    _append_log(log_file, history)
+    checkpoint(cfg.steps, final_eval)
+    return model.eval()
+
+
+def quick_eval(model, n: int) -> dict[str, dict]:
+    """Read error rate and sequence accuracy on the first ``n`` sequences of each split."""
+    model.eval()
+    results = {name: r.to_dict() for name, r in evaluate_splits(model, n=n).items()}
+    model.train()
+    return results
+
+
+def format_quick_eval(results: dict[str, dict]) -> str:
+    return "  ".join(f"{name}: read acc {1 - r['error_rate']:.4f}, seq acc {r['sequence_accuracy']:.3f}"
+                     for name, r in results.items())
+
+
+def _append_log(path: Path, history: list[dict[str, Any]]) -> None:
+    with open(path, "a") as f:
+        for record in history:
+            f.write(json.dumps(record) + "\n")
+    history.clear()

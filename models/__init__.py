@@ -1,0 +1,9 @@
+"""What a model is: configs, the hooked backbone, attention mechanisms, checkpoints.
+
+``models`` never imports ``interp``.
+"""
+
+from models.checkpoint import CheckpointError, build_model, load, read_config, save
+from models.config import MODEL_FAMILIES, PRESETS, ModelConfig
+
+MODEL_NAMES = tuple(MODEL_FAMILIES)

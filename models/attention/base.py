@@ -1,0 +1,133 @@
+"""The interface every attention mechanism implements, and the registry that names them.
+
+A mechanism is an ``nn.Module`` built from ``(cfg, layer)`` that maps the normalised
+residual stream ``[batch, pos, d_model]`` to its contribution ``[batch, pos, d_model]``.
+It owns its projections (stored per head in TransformerLens's shapes) and its hook
+points. Every mechanism exposes at least
+
+- ``hook_q``, ``hook_k``, ``hook_v``: ``[batch, pos, head, d_head]``
+- ``hook_attn_scores``: the score matrix S the mechanism uses, ``[batch, head, query_pos, key_pos]``
+- ``hook_pattern``: the weights actually applied to V (signed for differential mechanisms)
+- ``hook_z``: ``[batch, pos, head, d_head]``
+
+Options come from ``cfg.attention_options`` and are checked against the mechanism's
+``Options`` dataclass, so a typo is an error rather than a silently ignored key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+REGISTRY: dict[str, type["Attention"]] = {}
+
+# Fill for masked logits: finite (so that 0 * fill is never NaN) and far below any real
+# logit. Logits are always kept in float32, where -1e11 is representable; in fp16 it
+# would overflow to -inf.
+MASK_FILL = -1e11
+
+
+def register(name: str):
+    """Class decorator: make a mechanism available as ``cfg.attention == name``."""
+
+    def wrap(cls):
+        if name in REGISTRY:
+            raise ValueError(f"attention mechanism {name!r} registered twice")
+        REGISTRY[name] = cls
+        cls.registry_name = name
+        return cls
+
+    return wrap
+
+
+def get_attention_class(name: str) -> type["Attention"]:
+    if name not in REGISTRY:
+        raise ValueError(f"unknown attention mechanism {name!r}; registered: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]
+
+
+@dataclasses.dataclass
+class NoOptions:
+    pass
+
+
+def causal_mask(n_query: int, n_key: int, device=None) -> torch.Tensor:
+    """``[query_pos, key_pos]`` bool, True where key j <= query i (queries are the last
+    ``n_query`` positions of the key sequence)."""
+    offset = n_key - n_query
+    q = torch.arange(n_query, device=device)[:, None] + offset
+    k = torch.arange(n_key, device=device)[None, :]
+    return k <= q
+
+
+def upcast(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32, or float64 if it already is: logits and softmax never run in half
+    precision, and float64 gradchecks keep their precision."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+def has_hooks(*hook_points: HookPoint) -> bool:
+    return any(h.has_hooks() for h in hook_points)
+
+
+class Attention(nn.Module):
+    """Base class: per-head Q, K, V, O projections, the common hooks, and the output path.
+
+    Subclasses implement :meth:`attend`, which maps ``q, k, v`` (``[batch, pos, head,
+    d_head]``, already through their hooks) and the block input ``x`` to ``z``
+    ``[batch, pos, head, d_head]``. Mechanisms with more projections (two views, gates)
+    add their own parameters and hooks.
+    """
+
+    Options = NoOptions
+    registry_name = "?"
+
+    def __init__(self, cfg, layer: int):
+        super().__init__()
+        self.cfg = cfg
+        self.layer = layer
+        self.n_heads, self.d_head = cfg.n_heads, cfg.d_head
+        try:
+            self.options = self.Options(**cfg.attention_options)
+        except TypeError:
+            allowed = [f.name for f in dataclasses.fields(self.Options)]
+            raise ValueError(
+                f"attention {self.registry_name!r} got options {sorted(cfg.attention_options)}; "
+                f"it accepts {allowed}") from None
+        self.W_Q = nn.Parameter(torch.empty(cfg.n_heads, cfg.d_model, cfg.d_head))
+        self.W_K = nn.Parameter(torch.empty(cfg.n_heads, cfg.d_model, cfg.d_head))
+        self.W_V = nn.Parameter(torch.empty(cfg.n_heads, cfg.d_model, cfg.d_head))
+        self.W_O = nn.Parameter(torch.empty(cfg.n_heads, cfg.d_head, cfg.d_model))
+        for w in (self.W_Q, self.W_K, self.W_V):
+            nn.init.normal_(w, std=1.0 / math.sqrt(cfg.d_model))
+        nn.init.normal_(self.W_O, std=1.0 / math.sqrt(cfg.d_model * 2 * cfg.n_layers))
+        self.hook_q = HookPoint()
+        self.hook_k = HookPoint()
+        self.hook_v = HookPoint()
+        self.hook_attn_scores = HookPoint()
+        self.hook_pattern = HookPoint()
+        self.hook_z = HookPoint()
+
+    @staticmethod
+    def project(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+        """``[batch, pos, d_model] x [head, d_model, d] -> [batch, pos, head, d]``."""
+        return torch.einsum("bpm,hmd->bphd", x, W)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.hook_q(self.project(x, self.W_Q))
+        k = self.hook_k(self.project(x, self.W_K))
+        v = self.hook_v(self.project(x, self.W_V))
+        z = self.hook_z(self.attend(q, k, v, x))
+        return torch.einsum("bphd,hdm->bpm", z, self.W_O)
+
+    def attend(self, q, k, v, x) -> torch.Tensor:
+        raise NotImplementedError
+
+    @staticmethod
+    def apply_pattern(pattern: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``pattern [batch, head, q, k]`` applied to ``v [batch, pos, head, d]`` -> ``z``."""
+        return torch.einsum("bhqk,bkhd->bqhd", pattern.to(v.dtype), v)

@@ -1,0 +1,27 @@
+"""Rotary position embedding (Su et al., 2021), shared by every mechanism that uses it."""
+
+from __future__ import annotations
+
+import torch
+
+from models.attention.base import upcast
+
+
+def apply_rope(x: torch.Tensor, base: float = 10_000.0) -> torch.Tensor:
+    """Rotate ``x [batch, pos, head, d_head]`` by its position (``d_head`` even).
+
+    Dimension pairs (i, i + d_head/2) rotate at frequency ``base^(-2i/d_head)``
+    (the "rotate half" layout). Computed in float32 and cast back, so long positions
+    keep their precision under half-precision autocast.
+    """
+    n_pos, d_head = x.shape[1], x.shape[-1]
+    if d_head % 2:
+        raise ValueError(f"RoPE needs an even head dimension, got d_head={d_head}")
+    half = d_head // 2
+    xf = upcast(x)
+    freqs = base ** (-torch.arange(half, device=x.device, dtype=xf.dtype) / half)
+    angles = torch.arange(n_pos, device=x.device, dtype=xf.dtype)[:, None] * freqs
+    cos = angles.cos()[None, :, None, :]
+    sin = angles.sin()[None, :, None, :]
+    x1, x2 = xf[..., :half], xf[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)

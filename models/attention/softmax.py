@@ -1,0 +1,85 @@
+"""Causal softmax attention and its positional variants: NoPE, REL, ALiBi, RoPE.
+
+APE and Label encode position in the residual stream (see ``models.backbone``) and use
+this mechanism unchanged. ``A = softmax(S + D)`` (TRA paper, eq. 1-2) with D the
+positional bias of the variant (zero for NoPE, APE, Label and RoPE).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+from models.attention.base import MASK_FILL, Attention, causal_mask, has_hooks, register, upcast
+from models.attention.rope import apply_rope
+
+
+@dataclass
+class SoftmaxOptions:
+    bias: str = "none"   # "none" | "rel" | "alibi"
+    rope: bool = False
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """The geometric head slopes of Press et al. (2021): 2^(-8 h / n_heads), h = 1..n_heads."""
+    return torch.tensor([2.0 ** (-8.0 * h / n_heads) for h in range(1, n_heads + 1)])
+
+
+@register("softmax")
+class SoftmaxAttention(Attention):
+    """Causal softmax attention.
+
+    REL: a learned scalar per head and distance ``i - j`` (T5-style, initialised to 0);
+    distances of ``n_ctx - 1`` or more share the last bucket. ALiBi: ``-slope_h (i - j)``.
+    Extra hook: ``hook_pos_bias`` (the bias D, ``[batch, head, query_pos, key_pos]``) for REL/ALiBi.
+
+    Without hooks on the scores or pattern the product runs through
+    ``scaled_dot_product_attention``; with them, S and A are computed explicitly so the
+    hooks see (and may edit) what the model uses.
+    """
+
+    Options = SoftmaxOptions
+
+    def __init__(self, cfg, layer: int):
+        super().__init__(cfg, layer)
+        if self.options.bias not in ("none", "rel", "alibi"):
+            raise ValueError(f"softmax bias must be 'none', 'rel' or 'alibi', got {self.options.bias!r}")
+        if self.options.bias == "rel":
+            self.rel_bias = nn.Parameter(torch.zeros(cfg.n_heads, cfg.n_ctx))
+        if self.options.bias == "alibi":
+            self.register_buffer("slopes", alibi_slopes(cfg.n_heads), persistent=False)
+        self.hook_pos_bias = HookPoint()
+
+    def position_bias(self, batch: int, n_pos: int, device) -> torch.Tensor | None:
+        """D ``[batch, head, query_pos, key_pos]`` (float32), or None for a bias-free variant."""
+        if self.options.bias == "none":
+            return None
+        pos = torch.arange(n_pos, device=device)
+        distance = (pos[:, None] - pos[None, :]).clamp(min=0)
+        if self.options.bias == "rel":
+            D = upcast(self.rel_bias)[:, distance.clamp(max=self.cfg.n_ctx - 1)]
+        else:
+            D = -self.slopes[:, None, None] * distance.float()
+        return self.hook_pos_bias(D.expand(batch, -1, -1, -1))
+
+    def attend(self, q, k, v, x):
+        if self.options.rope:
+            q, k = apply_rope(q), apply_rope(k)
+        n_pos = q.shape[1]
+        D = self.position_bias(q.shape[0], n_pos, q.device)
+        mask = causal_mask(n_pos, n_pos, q.device)
+        if not has_hooks(self.hook_attn_scores, self.hook_pattern):
+            bias = torch.zeros(n_pos, n_pos, device=q.device) if D is None else D
+            bias = bias.masked_fill(~mask, float("-inf")).to(q.dtype)
+            z = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=bias)
+            return z.transpose(1, 2)
+        S = self.hook_attn_scores(upcast(torch.einsum("bqhd,bkhd->bhqk", q, k)) / math.sqrt(self.d_head))  # eq. 1
+        logits = S if D is None else S + D
+        A = self.hook_pattern(torch.softmax(logits.masked_fill(~mask, MASK_FILL), dim=-1))  # eq. 2
+        return self.apply_pattern(A, v)

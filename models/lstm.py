@@ -1,0 +1,43 @@
+"""The recurrent skyline of the flip-flop paper: a 1-layer LSTM (hidden 128, App. B.2),
+behind the same interface as the transformer (tokens -> logits, hooks, ``cfg``)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformer_lens import HookedRootModule
+from transformer_lens.hook_points import HookPoint
+
+from models.backbone import HookedModelMixin
+from models.config import ModelConfig
+
+
+class LSTMModel(HookedModelMixin, HookedRootModule):
+    """Embedding (``d_model`` = hidden size) -> LSTM -> unembedding.
+
+    Hooks: ``hook_embed`` and ``hook_hidden`` (the LSTM outputs), ``[batch, pos, d_model]``.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.W_E = nn.Parameter(torch.randn(cfg.d_vocab, cfg.d_model) * 0.02)
+        self.hook_embed = HookPoint()
+        self.lstm = nn.LSTM(cfg.d_model, cfg.d_model, num_layers=cfg.n_layers, batch_first=True)
+        self.hook_hidden = HookPoint()
+        self.W_U = nn.Parameter(torch.randn(cfg.d_model, cfg.d_vocab) / cfg.d_model**0.5)
+        self.setup()
+
+    def forward(self, tokens: torch.Tensor, return_type: str = "logits") -> torch.Tensor:
+        if tokens.ndim != 2:
+            raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
+        hidden, _ = self.lstm(self.hook_embed(self.W_E[tokens]))
+        hidden = self.hook_hidden(hidden)
+        if return_type == "normalized":
+            return hidden
+        if return_type != "logits":
+            raise ValueError(f"return_type must be 'logits' or 'normalized', got {return_type!r}")
+        return self.unembed(hidden)
+
+    def unembed(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden @ self.W_U

@@ -1,0 +1,128 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import models
+from interp.train import BatchSource, TrainConfig, TrainingInterrupted, lr_at, sharpening_penalty, train
+from models import ModelConfig
+
+SMALL = dict(seq_len=32, batch_size=4, warmup=3, eval_n=5)
+
+
+def tensors(path):
+    return load_file(path / "model.safetensors")
+
+
+def assert_same_checkpoint(a, b):
+    ta, tb = tensors(a), tensors(b)
+    assert ta.keys() == tb.keys()
+    for key in ta:
+        assert torch.equal(ta[key], tb[key]), key
+
+
+def test_schedule():
+    cfg = TrainConfig(steps=100, lr=1.0, warmup=10, min_lr_ratio=0.1)
+    assert lr_at(0, cfg) == pytest.approx(0.1) and lr_at(9, cfg) == pytest.approx(1.0)
+    assert lr_at(10, cfg) == pytest.approx(1.0) and lr_at(55, cfg) == pytest.approx(0.55)
+    assert lr_at(100, cfg) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("model_name", ["label", "lstm"])
+def test_same_seed_same_checkpoint(tmp_path, model_name):
+    mc = ModelConfig.from_preset(model_name, "tiny", n_ctx=32, dropout=0.1)
+    train(mc, TrainConfig(steps=6, **SMALL), tmp_path / "a", progress=False)
+    train(mc, TrainConfig(steps=6, **SMALL), tmp_path / "b", progress=False)
+    assert_same_checkpoint(tmp_path / "a", tmp_path / "b")
+    train(mc, TrainConfig(steps=6, seed=1, **SMALL), tmp_path / "c", progress=False)
+    assert not torch.equal(tensors(tmp_path / "a")["W_E"], tensors(tmp_path / "c")["W_E"])
+
+
+def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch):
+    mc = ModelConfig.from_preset("label", "tiny", n_ctx=32, dropout=0.1)
+    cfg = TrainConfig(steps=8, **SMALL)
+    train(mc, cfg, tmp_path / "full", progress=False)
+
+    fetch = BatchSource.__call__
+
+    def interrupt_at_step_4(self, step):
+        if step == 4:
+            signal.raise_signal(signal.SIGINT)
+        return fetch(self, step)
+
+    monkeypatch.setattr(BatchSource, "__call__", interrupt_at_step_4)
+    with pytest.raises(TrainingInterrupted) as stop:
+        train(mc, cfg, tmp_path / "part", progress=False)
+    assert stop.value.step == 5
+    assert json.loads((tmp_path / "part" / "config.json").read_text())["training"]["step"] == 5
+    monkeypatch.undo()
+    train(mc, cfg, tmp_path / "part", resume=True, progress=False)
+    assert_same_checkpoint(tmp_path / "full", tmp_path / "part")
+
+
+def test_resume_refuses_different_options(tmp_path):
+    mc = ModelConfig.from_preset("nope", "tiny", n_ctx=32)
+    train(mc, TrainConfig(steps=2, **SMALL), tmp_path / "run", progress=False)
+    with pytest.raises(ValueError, match="lr"):
+        train(mc, TrainConfig(steps=2, lr=0.5, **SMALL), tmp_path / "run", resume=True, progress=False)
+    with pytest.raises(ValueError, match="model config differs"):
+        train(ModelConfig.from_preset("rope", "tiny", n_ctx=32), TrainConfig(steps=2, **SMALL),
+              tmp_path / "run", resume=True, progress=False)
+
+
+def test_sharpening_penalties():
+    uniform = torch.full((1, 1, 4, 4), 0.25)
+    one_hot = torch.eye(4)[None, None]
+    assert sharpening_penalty([uniform], "entropy") == pytest.approx(torch.log(torch.tensor(4.0)).item())
+    assert sharpening_penalty([one_hot], "entropy") == pytest.approx(0.0, abs=1e-6)
+    assert sharpening_penalty([one_hot], "linf") == pytest.approx(-1.0)
+    assert sharpening_penalty([uniform], "l2") == pytest.approx(-0.5)
+    assert sharpening_penalty([torch.zeros(1, 1, 2, 2)], "entropy") == 0
+
+
+def test_regularised_training_runs_and_uses_the_patterns(tmp_path):
+    mc = ModelConfig.from_preset("rope", "tiny", n_ctx=32)
+    plain = train(mc, TrainConfig(steps=4, **SMALL), tmp_path / "a", progress=False)
+    sharp = train(mc, TrainConfig(steps=4, regulariser="entropy", reg_coef=1.0, **SMALL), tmp_path / "b",
+                  progress=False)
+    assert not torch.equal(plain.blocks[0].attn.W_Q, sharp.blocks[0].attn.W_Q)
+    with pytest.raises(ValueError, match="LSTM"):
+        train(ModelConfig.from_preset("lstm", "tiny"), TrainConfig(steps=1, regulariser="l2", reg_coef=1.0,
+                                                                  **SMALL), tmp_path / "c", progress=False)
+
+
+def test_automaton_and_generative_modes(tmp_path):
+    mc = ModelConfig.from_preset("nope", "tiny", n_ctx=32, d_vocab=3)
+    train(mc, TrainConfig(steps=3, task="automaton", **SMALL), tmp_path / "auto", progress=False)
+    train(ModelConfig.from_preset("nope", "tiny", n_ctx=32), TrainConfig(steps=3, loss="generative", **SMALL),
+          tmp_path / "gen", progress=False)
+    log = [json.loads(line) for line in (tmp_path / "gen" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "loss" in r] == [1, 2, 3]
+
+
+def test_ctrl_c_saves_and_resume_finishes_identically(tmp_path):
+    args = ["--model", "nope", "--preset", "tiny", "--seq-len", "64", "--batch-size", "8", "--steps", "300",
+            "--warmup", "3", "--eval-n", "5", "--checkpoint-every", "5", "--quiet"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "interp.cli", "train", *args, "--out", str(tmp_path / "run")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 120
+    while not (tmp_path / "run" / "config.json").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "checkpoint saved" in err
+    step = json.loads((tmp_path / "run" / "config.json").read_text())["training"]["step"]
+    assert 0 < step < 300
+    subprocess.run([sys.executable, "-m", "interp.cli", "train", *args, "--out", str(tmp_path / "run"), "--resume"],
+                   check=True, env=env, capture_output=True)
+    subprocess.run([sys.executable, "-m", "interp.cli", "train", *args, "--out", str(tmp_path / "straight")],
+                   check=True, env=env, capture_output=True)
+    assert_same_checkpoint(tmp_path / "run", tmp_path / "straight")
