@@ -3,6 +3,7 @@ compared with, both measured in the same run on the same machine."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -75,6 +76,33 @@ def bench_models(repeats: int = 3, preset: str = "mini", seq_len: int = 512, bat
     return rows
 
 
+def bench_diagnose(mechanisms: tuple[str, ...] = ("rope", "tda"), preset: str = "mini",
+                   target_s: float = 60.0) -> list[dict]:
+    """``glitchlens diagnose`` with its default settings on a freshly initialised checkpoint of
+    each mechanism (nothing is trained: the cost does not depend on the weights), against the
+    target: ``rope``, the softmax baseline, and ``tda``, whose two views make the most maps to
+    measure and draw. CPU seconds next to wall seconds: on a shared machine the wall time
+    includes the other jobs' share of the cores."""
+    import tempfile
+
+    import models
+    from interp.diagnose import diagnose
+
+    rows = []
+    for name in mechanisms:
+        torch.manual_seed(0)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = models.save(f"{tmp}/{name}", models.build_model(models.ModelConfig.from_preset(name, preset)))
+            wall, cpu = time.perf_counter(), time.process_time()
+            result = diagnose(path, f"{tmp}/report")
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        stages = result.metrics["timings_s"]
+        rows.append({"model": f"{name} {preset}", "wall_s": wall, "cpu_s": cpu,
+                     f"< {target_s:g} s": "yes" if wall < target_s else "NO", "eval_s": stages["evaluate"],
+                     "attention_s": stages["attention"], "report_s": stages["report"]})
+    return rows
+
+
 def _print_rows(rows: list[dict], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -93,4 +121,8 @@ def run(what: str, args) -> int:
     elif what == "models":
         _print_rows(bench_models(args.repeats),
                     f"training step, mini preset, T=512, batch 8, {torch.get_num_threads()} threads")
+    elif what == "diagnose":
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        _print_rows(bench_diagnose(), f"glitchlens diagnose, default settings, {torch.get_num_threads()} threads, "
+                                      f"{os.cpu_count()} CPUs, load average {load}")
     return 0

@@ -91,6 +91,29 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_diagnose(args) -> int:
+    from interp.diagnose import diagnose
+
+    options = {"n": args.n, "lengths": args.lengths, "n_cache_sequences": args.cache_sequences, "device": args.device}
+    result = diagnose(args.checkpoint, args.out, **{k: v for k, v in options.items() if v is not None})
+    if args.json:
+        print(json.dumps(result.metrics, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{args.checkpoint} ({result.metrics['model']}): diagnosis")
+    for col in ("quantity", "value", "detail"):
+        table.add_column(col, justify="right" if col == "value" else "left")
+    for row in result.summary_rows():
+        table.add_row(*row, style="dim" if row[1] == "skipped" else None)
+    console = Console()
+    console.print(table)
+    console.print(f"wrote {result.files['report']} ({result.metrics['timings_s']['total']:.1f} s); "
+                  f"also {', '.join(sorted(p.name for k, p in result.files.items() if k != 'report'))}")
+    return 0
+
+
 def cmd_bench(args) -> int:
     from interp import bench
 
@@ -152,8 +175,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_eval)
 
+    p = sub.add_parser("diagnose", help="evaluate a checkpoint, measure its attention, write a self-contained report")
+    p.add_argument("checkpoint")
+    p.add_argument("--out", required=True, help="directory for report.html, metrics.json/.csv, glitches.csv, PNGs")
+    p.add_argument("-n", "--n", type=int, default=None, help="first n sequences of each split (default: 32)")
+    p.add_argument("--lengths", type=int, nargs="+", default=None,
+                   help="context lengths to measure attention at (default: 128 256 512 1024 2048)")
+    p.add_argument("--cache-sequences", type=int, default=None, help="sequences run with hooks per length (default: 2)")
+    p.add_argument("--device", default=None)
+    p.add_argument("--json", action="store_true", help="print metrics.json instead of the summary table")
+    p.set_defaults(func=cmd_diagnose)
+
     p = sub.add_parser("bench", help="benchmarks that print ratios measured side by side")
-    p.add_argument("what", choices=["data", "models"])
+    p.add_argument("what", choices=["data", "models", "diagnose"])
     p.add_argument("--repeats", type=int, default=3)
     p.set_defaults(func=cmd_bench)
     return parser

@@ -29,6 +29,8 @@ MODEL_FAMILIES: dict[str, tuple[str | None, str, dict[str, Any]]] = {
     "lstm": (None, "none", {}),
 }
 
+ATTENTION_IMPLS = ("auto", "reference", "triton")
+
 PRESETS: dict[str, dict[str, int]] = {
     "mini": {"n_layers": 4, "n_heads": 4, "d_model": 256},  # the TRA paper's set-up
     "mech": {"n_layers": 2, "n_heads": 1, "d_model": 128},  # the TRA paper's App. A pair
@@ -56,6 +58,7 @@ class ModelConfig:
     attention: str | None = None
     pos_embed: str = "none"
     attention_options: dict[str, Any] = field(default_factory=dict)
+    attention_impl: str = "auto"  # "auto" | "reference" | "triton" (see models.attention.base)
 
     def __post_init__(self):
         if self.model not in MODEL_FAMILIES:
@@ -66,6 +69,8 @@ class ModelConfig:
         self.attention_options = {**defaults, **self.attention_options}
         if self.model == "lstm":  # the skyline's size is fixed by lstm_hidden, not the preset
             self.n_layers, self.n_heads, self.d_model = 1, 1, self.lstm_hidden
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {self.attention_impl!r}")
         if self.d_mlp is None:
             self.d_mlp = 2 * self.d_model
         if self.d_model % self.n_heads:

@@ -245,7 +245,14 @@ def survivor_scaling(maps_per_length: Iterable[Maps], name: str = "pattern") -> 
     the same model run on sequences of each length, one ``Maps`` per length. ``growth`` is the
     count relative to the shortest length, ``linear_reference`` = seq_len / shortest, the O(n)
     growth a dispersive mechanism would show."""
-    frame = pd.concat([summarise(survivor_counts(m, name)) for m in maps_per_length], ignore_index=True)
+    return survivor_growth(pd.concat([survivor_counts(m, name) for m in maps_per_length], ignore_index=True))
+
+
+def survivor_growth(counts: pd.DataFrame) -> pd.DataFrame:
+    """:func:`survivor_scaling` from :func:`survivor_counts` frames computed beforehand (at
+    several lengths, maps and layers; e.g. one layer at a time when the maps are too large
+    to hold together)."""
+    frame = summarise(counts)
     shortest = frame.sort_values("seq_len").groupby(["map", "layer"])
     frame["growth"] = frame.value / shortest.value.transform("first")
     frame["linear_reference"] = frame.seq_len / shortest.seq_len.transform("first")

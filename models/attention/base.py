@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import warnings
 
 import torch
 from torch import nn
@@ -126,6 +128,33 @@ class Attention(nn.Module):
 
     def attend(self, q, k, v, x) -> torch.Tensor:
         raise NotImplementedError
+
+    # Hooks computed outside the attention core: a fused kernel still passes through them.
+    OUTER_HOOKS = frozenset({"hook_q", "hook_k", "hook_v", "hook_z", "hook_q2", "hook_k2", "hook_forget"})
+
+    def use_kernel(self, device: torch.device) -> bool:
+        """Whether :meth:`attend` runs the fused Triton kernel rather than the reference.
+
+        ``cfg.attention_impl``: ``"reference"`` never; ``"auto"`` on CUDA; ``"triton"``
+        always (CUDA, or CPU tensors under ``TRITON_INTERPRET=1``). A kernel never
+        materialises the ``[query, key]`` matrices, so while any hook inside the attention
+        core is active (pattern, scores, M, D-bar, views, ...) the reference runs instead,
+        and a warning says so once, rather than a hook seeing something else under its name.
+        """
+        impl = self.cfg.attention_impl
+        if impl == "reference" or (impl == "auto" and device.type != "cuda"):
+            return False
+        if impl == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise RuntimeError("attention_impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run "
+                               "the kernels on the CPU through Triton's interpreter")
+        inner = [name for name, h in self.named_children()
+                 if isinstance(h, HookPoint) and name not in self.OUTER_HOOKS and h.has_hooks()]
+        if inner:
+            warnings.warn(f"hooks on {self.registry_name} internals ({', '.join(inner)}) need the full "
+                          "[query, key] matrices: those layers run the PyTorch reference, not the Triton kernel",
+                          stacklevel=2)
+            return False
+        return True
 
     @staticmethod
     def apply_pattern(pattern: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,6 @@
+"""Attention mechanisms, one file each, chosen by name from ``REGISTRY``."""
+
+from models.attention import softmax  # noqa: F401  (each import registers its mechanisms)
+from models.attention import fot, tra  # noqa: F401
+from models.attention import cope, diff, tda  # noqa: F401
+from models.attention.base import MASK_FILL, REGISTRY, Attention, causal_mask, get_attention_class, register

@@ -1,0 +1,86 @@
+"""Contextual Position Encoding (CoPE, Golovneva et al., 2024), CoPE paper Sec. 4 and App. B.
+
+Positions are counted by gates the model chooses: ``p_ij`` is the sum of the gates
+``g_it`` over ``t = j .. i``, so a query can count only the tokens that matter to it.
+Fractional positions index integer position embeddings ``e[p]`` by linear interpolation,
+done on the logits ``z_i[p] = q_i . e[p]`` (eq. 7-8) so no ``[query, key, d]`` tensor is built.
+
+Choices, following App. B's reference code where the text is loose:
+
+- gates use the scaled logits, ``g_ij = sigmoid(q_i . k_j / sqrt(d_head))`` (App. B applies the
+  sigmoid to the already scaled, masked attention logits; eq. 3 omits the scale);
+- interpolation weights as in App. B: ``(p - floor p)`` on ``z[ceil p]`` and the rest on
+  ``z[floor p]``. Eq. 5 and 8 as printed swap the two weights (they put ``ceil p - p`` on
+  ``z[ceil p]``), which is not an interpolation (p = 2.9 would lean on z[2]); both agree at
+  integer p;
+- ``z_i[p]`` is added unscaled to the scaled logits (App. B, eq. 9);
+- ``e`` has ``p_max`` rows ``[p_max, d_head]``, zero-initialised, shared by the heads of a
+  layer (Sec. 4 "Multi-head attention"); ``p_max`` defaults to ``n_ctx + 1`` (positions
+  0..T); positions are clamped to ``p_max - 1``, so longer inputs reuse the last row;
+- ``sep_keys``: gates from a separate key projection ``W_G`` (Sec. 4 "Computing gates").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+from models.attention.base import MASK_FILL, Attention, causal_mask, register, upcast
+
+
+@dataclass
+class CoPEOptions:
+    p_max: int | None = None   # None: n_ctx + 1
+    sep_keys: bool = False
+
+
+@register("cope")
+class CoPEAttention(Attention):
+    """Extra hooks, all ``[batch, head, query_pos, key_pos]``: ``hook_gates`` (g, exactly 0
+    on future keys), ``hook_positions`` (p), ``hook_pos_logits`` (z_i[p_ij]; on future keys
+    it is z_i[0], which the causal mask then removes). With ``sep_keys``, ``hook_k_gate``
+    ``[batch, pos, head, d_head]`` holds the gate keys. ``hook_attn_scores`` is the
+    content term ``q.k / sqrt(d_head)`` alone; ``hook_pattern`` the final softmax weights.
+    """
+
+    Options = CoPEOptions
+
+    def __init__(self, cfg, layer: int):
+        super().__init__(cfg, layer)
+        self.p_max = cfg.n_ctx + 1 if self.options.p_max is None else self.options.p_max
+        if self.p_max < 2:
+            raise ValueError(f"cope needs p_max >= 2, got {self.p_max}")
+        self.pos_emb = nn.Parameter(torch.zeros(self.p_max, cfg.d_head))
+        if self.options.sep_keys:
+            self.W_G = nn.Parameter(torch.randn_like(self.W_K) / math.sqrt(cfg.d_model))
+            self.hook_k_gate = HookPoint()
+        self.hook_gates = HookPoint()
+        self.hook_positions = HookPoint()
+        self.hook_pos_logits = HookPoint()
+
+    def qk_logits(self, q, k) -> torch.Tensor:
+        return upcast(torch.einsum("bqhd,bkhd->bhqk", q, k)) / math.sqrt(self.d_head)
+
+    def interpolate(self, q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        """z_i[p_ij] ``[batch, head, query_pos, key_pos]`` from q and positions p (eq. 7-8)."""
+        z_int = torch.einsum("bqhd,pd->bhqp", upcast(q), upcast(self.pos_emb))  # eq. 7
+        p_floor, p_ceil = p.floor(), p.ceil()
+        w = p - p_floor
+        return z_int.gather(-1, p_ceil.long()) * w + z_int.gather(-1, p_floor.long()) * (1 - w)  # eq. 8
+
+    def attend(self, q, k, v, x):
+        mask = causal_mask(q.shape[1], k.shape[1], q.device)
+        S = self.hook_attn_scores(self.qk_logits(q, k))
+        if self.options.sep_keys:
+            gate_logits = self.qk_logits(q, self.hook_k_gate(self.project(x, self.W_G)))
+        else:  # App. B reuses S, so an edit of hook_attn_scores also moves the gates
+            gate_logits = S
+        g = self.hook_gates(torch.where(mask, torch.sigmoid(gate_logits), 0.0))  # eq. 3
+        p = self.hook_positions(g.flip(-1).cumsum(-1).flip(-1).clamp(max=self.p_max - 1))  # eq. 4
+        z = self.hook_pos_logits(self.interpolate(q, p))  # eq. 7-8
+        A = self.hook_pattern(torch.softmax((S + z).masked_fill(~mask, MASK_FILL), dim=-1))  # eq. 9
+        return self.apply_pattern(A, v)

@@ -1,0 +1,105 @@
+"""Differential attention (Ye et al., 2025, "Differential Transformer"), the TRA paper's
+``Diff`` baseline, with RoPE.
+
+Each head computes two causal softmax maps from two halves of its query and key and
+subtracts them, ``A = A^(1) - lambda A^(2)``, then RMS-normalises its output.
+
+How heads map onto the official code (``MultiheadDiffAttn``): every one of our
+``n_heads`` heads is ONE differential head. Its ``d_head`` query (and key) columns are
+split in two halves of ``d_head / 2``: the first half is view 1, the second view 2. The
+value, ``z`` and ``W_O`` keep the TransformerLens shapes ``[head, d_model, d_head]`` /
+``[head, d_head, d_model]``. In the official notation this is ``num_heads = n_heads``
+and ``head_dim = d_head / 2`` (value dim ``2 * head_dim = d_head``), i.e. exactly the
+official layer for a Transformer of ``2 * n_heads`` heads; the parameter count equals a
+softmax layer of the same ``d_model``. We prefer this to "half as many heads" because it
+also works for ``n_heads = 1`` (the ``tiny`` and ``mech`` presets) and keeps every hook
+in the shapes the rest of the toolkit expects. ``d_head`` must be divisible by 4 (RoPE
+rotates each view's ``d_head / 2`` dimensions in pairs).
+
+The per-head output norm has no affine weight (the official ``subln`` has one): a
+per-dimension scale right before ``W_O`` is absorbed by ``W_O``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+from models.attention.base import MASK_FILL, Attention, causal_mask, register, upcast
+from models.attention.rope import apply_rope
+
+OUTPUT_NORM_EPS = 1e-5  # the official subln's eps
+
+
+def head_rms_norm(z: torch.Tensor, eps: float = OUTPUT_NORM_EPS) -> torch.Tensor:
+    """RMSNorm of each head's output ``z [batch, pos, head, d]`` over ``d``, no affine
+    weight, computed in float32. An all-zero row stays zero (never NaN)."""
+    return F.rms_norm(upcast(z), (z.shape[-1],), eps=eps).to(z.dtype)
+
+
+def lambda_init_fn(layer: int) -> float:
+    """lambda_init = 0.8 - 0.6 exp(-0.3 l) for the 0-based layer index l (Ye et al.; official code)."""
+    return 0.8 - 0.6 * math.exp(-0.3 * layer)
+
+
+@dataclass
+class DiffOptions:
+    rope: bool = True
+
+
+@register("diff")
+class DiffAttention(Attention):
+    """Extra hooks (``[batch, head, query_pos, key_pos]`` unless stated):
+    ``hook_scores_1``, ``hook_scores_2`` (each view's S, ``hook_attn_scores`` is view 1's),
+    ``hook_view_1``, ``hook_view_2`` (the two softmax maps), ``hook_lambda`` ``[batch, head]``
+    (one value per layer, expanded so every hook has a batch axis).
+    ``hook_pattern`` is the signed ``A^(1) - lambda A^(2)``; ``hook_z`` is the normalised,
+    ``(1 - lambda_init)``-scaled head output.
+
+    lambda = exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init, with one set of vectors
+    ``lambda_q1, lambda_k1, lambda_q2, lambda_k2`` ``[d_head / 2]`` per layer, shared by
+    its heads and initialised N(0, 0.1^2), as in the official code.
+    """
+
+    Options = DiffOptions
+
+    def __init__(self, cfg, layer: int):
+        super().__init__(cfg, layer)
+        if self.d_head % 4:
+            raise ValueError(f"diff splits each head into two RoPE'd views: d_head={self.d_head} "
+                             "must be divisible by 4")
+        self.d_view = self.d_head // 2
+        self.lambda_init = lambda_init_fn(layer)
+        self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2 = (
+            nn.Parameter(torch.randn(self.d_view) * 0.1) for _ in range(4))
+        self.hook_scores_1 = HookPoint()
+        self.hook_scores_2 = HookPoint()
+        self.hook_view_1 = HookPoint()
+        self.hook_view_2 = HookPoint()
+        self.hook_lambda = HookPoint()
+
+    def view_scores(self, q, k) -> torch.Tensor:
+        """One view's S = q k^T / sqrt(d_view), ``[batch, head, query_pos, key_pos]``, float32."""
+        if self.options.rope:
+            q, k = apply_rope(q), apply_rope(k)
+        return upcast(torch.einsum("bqhd,bkhd->bhqk", q, k)) / math.sqrt(self.d_view)
+
+    def attend(self, q, k, v, x):
+        q1, q2 = q.chunk(2, dim=-1)
+        k1, k2 = k.chunk(2, dim=-1)
+        mask = causal_mask(q.shape[1], k.shape[1], q.device)
+        S1 = self.hook_attn_scores(self.hook_scores_1(self.view_scores(q1, k1)))
+        S2 = self.hook_scores_2(self.view_scores(q2, k2))
+        A1 = self.hook_view_1(torch.softmax(S1.masked_fill(~mask, MASK_FILL), dim=-1))  # Ye et al. eq. 1
+        A2 = self.hook_view_2(torch.softmax(S2.masked_fill(~mask, MASK_FILL), dim=-1))
+        lam = (torch.exp(self.lambda_q1 @ self.lambda_k1) - torch.exp(self.lambda_q2 @ self.lambda_k2)
+               + self.lambda_init)  # eq. 2
+        lam = self.hook_lambda(lam.expand(q.shape[0], self.n_heads))
+        A = self.hook_pattern(A1 - lam[..., None, None] * A2)  # eq. 1
+        # eq. 3: the fixed (1 - lambda_init) factor aligns gradient scale with a softmax Transformer
+        return head_rms_norm(self.apply_pattern(A, v)) * (1 - self.lambda_init)

@@ -1,0 +1,104 @@
+"""Forgetting Transformer attention (FoT; Lin et al., 2025), and the per-head forget gate
+it shares with TRA.
+
+FoT is causal softmax attention whose only positional signal is a data-dependent decay:
+each token t emits a forget gate ``f_t = sigmoid(w^T x_t + b)`` per head, and key j is
+down-weighted for query i by the product of the gates of the tokens after it,
+``D_ij = sum_{l=j+1..i} log f_l``; ``A = softmax(S + D)`` (TRA paper, Sec. 3.2, with its
+eq. 1-2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+from models.attention.base import MASK_FILL, Attention, causal_mask, has_hooks, register
+from models.attention.rope import apply_rope
+
+
+def wide(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32, or left in float64 (so that float64 gradchecks stay exact)."""
+    return t if t.dtype == torch.float64 else t.float()
+
+
+class ForgetGated(Attention):
+    """An attention mechanism with one scalar forget gate per head and position, read from
+    the block input ``x`` (the normalised residual stream): ``sigmoid(W_f x + b_f)``, with
+    ``W_f`` ``[head, d_model]`` (initialised like the other projections, so the gate logit
+    starts near ``N(b, 1)``) and ``b_f`` ``[head]`` initialised to ``options.forget_bias``.
+
+    Hook ``hook_forget``: the gate itself, ``[batch, head, pos]``. The mechanisms use its
+    log, computed as ``logsigmoid`` in float32 (autocast off) so that a saturated gate
+    neither rounds to 1 nor underflows to 0. While ``hook_forget`` has hooks the log is
+    read back from the hooked gate instead, so that edits take effect; that differs from
+    ``logsigmoid`` only for gate logits beyond about +-17 (and a gate edited to 0 is read
+    as the smallest normal float32, so its log stays finite).
+    """
+
+    def __init__(self, cfg, layer: int):
+        super().__init__(cfg, layer)
+        self.W_f = nn.Parameter(torch.randn(cfg.n_heads, cfg.d_model) / math.sqrt(cfg.d_model))
+        self.b_f = nn.Parameter(torch.full((cfg.n_heads,), float(self.options.forget_bias)))
+        self.hook_forget = HookPoint()
+
+    def log_forget(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [batch, pos, d_model]`` -> log of the forget gate ``[batch, head, pos]`` (float32)."""
+        with torch.autocast(x.device.type, enabled=False):
+            logit = torch.einsum("bpm,hm->bhp", wide(x), wide(self.W_f)) + wide(self.b_f)[:, None]
+        gate = self.hook_forget(torch.sigmoid(logit))
+        if has_hooks(self.hook_forget):
+            return gate.clamp_min(torch.finfo(torch.float32).tiny).log()
+        return F.logsigmoid(logit)
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """``S = q k^T / sqrt(d_head)`` ``[batch, head, query_pos, key_pos]`` in float32 (the
+        scale is applied to q, the smaller tensor)."""
+        return torch.einsum("bqhd,bkhd->bhqk", wide(q) / math.sqrt(self.d_head), wide(k))
+
+
+@dataclass
+class FoTOptions:
+    forget_bias: float = 0.0   # b at init: f starts near 1/2
+    rope: bool = False
+
+
+@register("fot")
+class FoTAttention(ForgetGated):
+    """Forgetting attention: ``A = softmax(S + D)`` with ``D_ij = sum_{l=j+1..i} log f_l``.
+
+    Hooks (besides the common ones): ``hook_forget`` f ``[batch, head, pos]`` and
+    ``hook_decay_bias`` D ``[batch, head, query_pos, key_pos]``, added to S after its
+    ``1/sqrt(d_head)`` scaling. D is a difference of one float32 cumulative sum of log f,
+    hence exactly zero on the diagonal; its entries for future keys (j > i) are that same
+    difference and never reach the pattern, which masks them. No positional encoding
+    besides the gate unless ``rope=True`` (then q and k are rotated first).
+    """
+
+    Options = FoTOptions
+
+    def __init__(self, cfg, layer: int):
+        super().__init__(cfg, layer)
+        self.hook_decay_bias = HookPoint()
+
+    def attend(self, q, k, v, x):
+        if self.options.rope:
+            q, k = apply_rope(q), apply_rope(k)
+        return self.reference(q, k, v, self.log_forget(x))
+
+    def reference(self, q, k, v, log_f):
+        """``q, k, v [batch, pos, head, d_head]`` and ``log_f [batch, head, pos]`` (float32)
+        -> ``z [batch, pos, head, d_head]``; scores, bias and softmax in float32."""
+        n_pos = q.shape[1]
+        S = self.hook_attn_scores(self.scores(q, k))  # eq. 1
+        # One cumulative sum c_i = sum_{l<=i} log f_l turns every D_ij into c_i - c_j.
+        c = wide(log_f).cumsum(-1)
+        D = self.hook_decay_bias(c[..., :, None] - c[..., None, :])
+        logits = (S + D).masked_fill(~causal_mask(n_pos, n_pos, q.device), MASK_FILL)
+        A = self.hook_pattern(torch.softmax(logits, dim=-1))  # eq. 2, with the decay as D
+        return self.apply_pattern(A, v)

@@ -1,0 +1,180 @@
+"""Threshold Rectified Attention (``trela``) and Threshold Differential Attention (``tda``),
+TDA paper Sec. 4.1-4.2.
+
+Queries and keys are L2-normalised, so a score is a cosine ``s_ij = <q~_i, k~_j>`` in
+[-1, 1] with NO further scale (no 1/sqrt(d): the threshold carries the 1/sqrt(d), eq. 1,
+and App. C's kernel computes ``(QK^T - tau)_+^p V`` on the normalised q, k). A key survives
+when its score exceeds the length-dependent threshold
+
+    tau_i = beta sqrt(2 log((i + 1) / kappa) / d_head)          (eq. 1, i the 0-based query position)
+
+and contributes ``(s_ij - tau_i)_+^p``; the head output is ``RMSNorm(sum_j a_ij v_j)``.
+Choices where the paper is silent or loose:
+
+- ``beta``: ONE learned scalar per layer, shared by its heads (the paper calls it "a
+  learnable scalar" and its kernel takes a single beta for all heads), initialised to
+  ``beta_init`` (1, the paper's setting). ``kappa = 1`` and ``p = 2`` as in Sec. 6.
+- ``log((i + 1) / kappa)`` is clamped at 0, so for ``kappa > 1`` the first positions have
+  tau = 0 rather than NaN.
+- Future keys get exactly 0 by masking, not by the threshold: with ``beta < 0`` the
+  threshold is negative and would otherwise let them through.
+- TDA's views use the same power ``p`` as TRA (Sec. 4.2 writes the views without it, but
+  Sec. 6 sets ``p = 2`` "for TRA and TDA", Table 6a varies p for TDA, and App. C builds
+  each TDA view with the powered TRA kernel).
+- TDA's lambda: one learned scalar per layer, ``lambda = sigmoid(lambda_logit)`` so it
+  stays in (0, 1) with a live gradient (App. C's pseudo-code clamps it to [0, 1], which
+  passes no gradient once it leaves that range), initialised to ``lambda_init`` (0.5: the
+  paper gives no value; 0.5 is where the sigmoid's gradient is largest).
+- RMSNorm without affine weight (absorbed by ``W_O``), as for ``diff``.
+- RoPE (the paper's backbone) rotates q and k before the normalisation (``rope=False`` turns it off).
+
+``reference(...)`` returns ``sum_j pattern_ij v_j`` BEFORE the output RMSNorm (the part a
+fused kernel computes); ``attend`` applies the norm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+from models.attention.base import Attention, causal_mask, register, upcast
+from models.attention.diff import head_rms_norm
+from models.attention.rope import apply_rope
+
+
+@dataclass
+class ThresholdOptions:
+    beta_init: float = 1.0
+    kappa: float = 1.0
+    p: float = 2.0
+    rope: bool = True
+
+
+@dataclass
+class TDAOptions(ThresholdOptions):
+    lambda_init: float = 0.5
+
+
+class ThresholdAttention(Attention):
+    """What ``trela`` and ``tda`` share: the learned beta, the threshold, the rectifier,
+    the q/k normalisation and the output norm. Hooks: ``hook_scores_1`` (S of view 1, also
+    ``hook_attn_scores``), ``hook_threshold`` (tau ``[batch, head, query_pos]``, the same
+    for every batch row and head since beta is per layer, shaped like the other per-query
+    hooks), ``hook_view_1`` (the rectified view ``[batch, head, query_pos, key_pos]``)."""
+
+    Options = ThresholdOptions
+
+    def __init__(self, cfg, layer: int):
+        super().__init__(cfg, layer)
+        if self.options.kappa <= 0 or self.options.p < 1:
+            raise ValueError(f"need kappa > 0 and p >= 1, got kappa={self.options.kappa}, p={self.options.p}")
+        self.beta = nn.Parameter(torch.tensor(float(self.options.beta_init)))
+        self.hook_scores_1 = HookPoint()
+        self.hook_threshold = HookPoint()
+        self.hook_view_1 = HookPoint()
+
+    def unit(self, x: torch.Tensor) -> torch.Tensor:
+        """q~ or k~: RoPE (optional) then L2 normalisation, in float32."""
+        x = upcast(x)
+        if self.options.rope:
+            x = apply_rope(x)
+        return F.normalize(x, dim=-1)
+
+    @staticmethod
+    def scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """s_ij = <q~_i, k~_j> ``[batch, head, query_pos, key_pos]``."""
+        return upcast(torch.einsum("bqhd,bkhd->bhqk", q, k))
+
+    def threshold(self, batch: int, n_pos: int, device) -> torch.Tensor:
+        """tau ``[batch, head, query_pos]`` (eq. 1)."""
+        i = torch.arange(n_pos, device=device, dtype=self.beta.dtype)
+        log_term = torch.log((i + 1) / self.options.kappa).clamp(min=0)
+        tau = self.beta * torch.sqrt(2 * log_term / self.d_head)
+        return self.hook_threshold(tau.expand(batch, self.n_heads, n_pos))
+
+    def rectify(self, S: torch.Tensor, tau: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """a_ij = (s_ij - tau_i)_+^p for j <= i, exactly 0 for future keys."""
+        return torch.where(mask, F.relu(S - tau[..., None]) ** self.options.p, 0.0)
+
+    @staticmethod
+    def aggregate(pattern: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """sum_j pattern_ij v_j in float32, returned in v's dtype."""
+        return torch.einsum("bhqk,bkhd->bqhd", pattern, upcast(v)).to(v.dtype)
+
+    def view_inputs(self, q, k, x) -> list[torch.Tensor]:
+        """The raw per-view queries and keys, in ``reference``'s argument order."""
+        return [q, k]
+
+    def attend(self, q, k, v, x):
+        views = [self.unit(t) for t in self.view_inputs(q, k, x)]
+        z = self.kernel(*views, v) if self.use_kernel(v.device) else self.reference(*views, v)
+        return head_rms_norm(z)
+
+
+@register("trela")
+class TRelAAttention(ThresholdAttention):
+    """Threshold Rectified Attention (TDA paper Sec. 4.1; the TDA paper calls it "TRA")."""
+
+    def reference(self, q, k, v) -> torch.Tensor:
+        """q, k ``[batch, pos, head, d_head]`` already RoPE'd and L2-normalised -> z before the norm."""
+        mask = causal_mask(q.shape[1], k.shape[1], q.device)
+        tau = self.threshold(q.shape[0], q.shape[1], q.device)  # eq. 1
+        S = self.hook_attn_scores(self.hook_scores_1(self.scores(q, k)))
+        A = self.hook_pattern(self.hook_view_1(self.rectify(S, tau, mask)))
+        return self.aggregate(A, v)
+
+    def kernel(self, q, k, v) -> torch.Tensor:
+        """:meth:`reference`'s ``z`` from the fused Triton kernel (no ``[query, key]`` tensor)."""
+        from kernels import threshold_attention
+
+        return threshold_attention(q, k, v, self.beta, self.options.kappa, self.options.p)
+
+
+@register("tda")
+class TDAAttention(ThresholdAttention):
+    """Threshold Differential Attention (TDA paper Sec. 4.2). View 1 uses ``W_Q, W_K``
+    (hooks ``hook_q``, ``hook_k``); view 2 its own ``W_Q2, W_K2`` (hooks ``hook_q2``,
+    ``hook_k2``); V is shared. Extra hooks: ``hook_scores_2``, ``hook_view_2``,
+    ``hook_lambda`` (``[batch, head]``, one value per layer); ``hook_pattern`` is the
+    signed ``Delta a = a^(1) - lambda a^(2)``."""
+
+    Options = TDAOptions
+
+    def __init__(self, cfg, layer: int):
+        super().__init__(cfg, layer)
+        if not 0 < self.options.lambda_init < 1:
+            raise ValueError(f"lambda_init must lie in (0, 1), got {self.options.lambda_init}")
+        self.W_Q2 = nn.Parameter(torch.randn_like(self.W_Q) / cfg.d_model ** 0.5)
+        self.W_K2 = nn.Parameter(torch.randn_like(self.W_K) / cfg.d_model ** 0.5)
+        self.lambda_logit = nn.Parameter(torch.logit(torch.tensor(float(self.options.lambda_init))))
+        self.hook_q2 = HookPoint()
+        self.hook_k2 = HookPoint()
+        self.hook_scores_2 = HookPoint()
+        self.hook_view_2 = HookPoint()
+        self.hook_lambda = HookPoint()
+
+    def view_inputs(self, q, k, x):
+        return [q, k, self.hook_q2(self.project(x, self.W_Q2)), self.hook_k2(self.project(x, self.W_K2))]
+
+    def reference(self, q1, k1, q2, k2, v) -> torch.Tensor:
+        """All q, k ``[batch, pos, head, d_head]`` already RoPE'd and L2-normalised -> z before the norm."""
+        mask = causal_mask(q1.shape[1], k1.shape[1], q1.device)
+        tau = self.threshold(q1.shape[0], q1.shape[1], q1.device)  # eq. 1
+        S1 = self.hook_attn_scores(self.hook_scores_1(self.scores(q1, k1)))
+        S2 = self.hook_scores_2(self.scores(q2, k2))
+        A1 = self.hook_view_1(self.rectify(S1, tau, mask))
+        A2 = self.hook_view_2(self.rectify(S2, tau, mask))
+        lam = self.hook_lambda(torch.sigmoid(self.lambda_logit).expand(q1.shape[0], self.n_heads))
+        A = self.hook_pattern(A1 - lam[..., None, None] * A2)  # Delta a, Sec. 4.2
+        return self.aggregate(A, v)
+
+    def kernel(self, q1, k1, q2, k2, v) -> torch.Tensor:
+        """:meth:`reference`'s ``z`` from the fused two-view Triton kernel (V loaded once)."""
+        from kernels import differential_threshold_attention
+
+        return differential_threshold_attention(q1, k1, q2, k2, v, self.beta, torch.sigmoid(self.lambda_logit),
+                                                self.options.kappa, self.options.p)

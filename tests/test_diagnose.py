@@ -1,0 +1,227 @@
+"""``glitchlens diagnose`` end to end on a freshly initialised ``tiny`` checkpoint of every model
+kind (nothing is trained: the report's plumbing does not depend on the weights), the files
+it writes, the CLI, and the report loaded in a real headless Chromium."""
+
+import html
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import interp.diagnose
+import models
+from interp.cli import main
+from interp.diagnose import ATTENTION_FIELDS, FIELDS, diagnose
+from interp.evaluate import evaluate_splits
+from interp.metrics import cache_maps, max_abs_weight, sink_ratio, summarise, survivor_counts
+from interp.tasks import load_split
+
+N = 3                     # sequences per split
+LENGTHS = (32, 64)        # the probe length is 64, the one closest to 512
+PNGS = ("attention_final_layer", "error_by_dependency", "sparsity", "sink_ratio", "survivors")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+TWO_VIEWS = next((name for name in ("tda", "diff") if name in models.MODEL_NAMES), "rope")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models gain nothing from a second thread, and on a shared 2-core machine the
+    threads' synchronisation costs more than the forward pass itself."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def save_tiny(root: Path, name: str) -> Path:
+    torch.manual_seed(0)
+    return models.save(root / name, models.build_model(models.ModelConfig.from_preset(name, "tiny")))
+
+
+@pytest.fixture(scope="module")
+def diagnosed(tmp_path_factory):
+    """``diagnosed(name)``: the checkpoint and its Diagnosis, computed once per module."""
+    done = {}
+
+    def get(name):
+        if name not in done:
+            root = tmp_path_factory.mktemp(name)
+            path = save_tiny(root, name)
+            lengths = (*LENGTHS, 1024) if name == "ape" else LENGTHS   # APE cannot go past n_ctx = 512
+            done[name] = path, diagnose(path, root / "out", n=N, lengths=lengths)
+        return done[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", models.MODEL_NAMES)
+def test_diagnose_writes_every_documented_field_and_file(diagnosed, name):
+    path, result = diagnosed(name)
+    metrics = json.loads(result.files["metrics_json"].read_text())      # strict JSON: no NaN
+    assert tuple(metrics) == FIELDS and metrics == result.metrics
+    for field in FIELDS:
+        assert f"``{field}``" in interp.diagnose.__doc__, f"{field} is not documented"
+    assert sorted(metrics["files"].values()) == sorted(p.name for p in result.out_dir.iterdir())
+
+    # The evaluation is the evaluator's, and the glitch table lists exactly its wrong reads.
+    expected = evaluate_splits(models.load(path), n=N)
+    assert metrics["evaluation"] == {split: pytest.approx(r.to_dict()) for split, r in expected.items()}
+    glitches = pd.read_csv(result.files["glitches_csv"])
+    assert len(glitches) == metrics["glitches"]["total"] == sum(r.read_errors for r in expected.values())
+    assert list(glitches.columns[:3]) == ["split", "seq", "position"] and (glitches.true_bit != glitches.pred_bit).all()
+    assert (glitches.position % 2 == 0).all() and (glitches.dependency_length >= 2).all()
+    frame = pd.read_csv(result.files["metrics_csv"])
+    assert {"layer", "head", "metric", "value", "map", "seq_len"} <= set(frame.columns)
+    reads = frame[frame.metric == "error_rate"].groupby("split").n_reads.sum()
+    assert reads.to_dict() == {split: r.reads for split, r in expected.items()}
+
+    html_text = result.files["report"].read_text()
+    assert html_text.count("plotly.js v") == 1 and not re.search(r"<script[^>]*\bsrc=", html_text)
+    for field in FIELDS:
+        if metrics[field] is None:
+            assert metrics["skipped"][field], f"{field} is null without a reason"
+
+    if name == "lstm":
+        assert all(metrics[field] is None for field in ATTENTION_FIELDS)
+        assert "no attention" in metrics["skipped"]["sparsity"]
+        assert sorted(metrics["files"]) == ["error_by_dependency", "glitches_csv", "metrics_csv", "metrics_json",
+                                            "report"]
+        return
+    for png in PNGS:
+        assert result.files[png].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "data:image/png;base64," in html_text                         # the static all-layers grid
+    cfg = models.load(path).cfg
+    assert metrics["lengths"]["run"] == list(LENGTHS) and metrics["lengths"]["probe"] == 64
+    views = [m for m in metrics["maps"] if m.startswith("view_")]
+    assert metrics["maps"] == ["pattern", *views] and ("views" in metrics["skipped"]) == (not views)
+    assert (metrics["cross_view_correlation"] is None) == (len(views) < 2)
+    for T in ("32", "64"):
+        for metric in ("sparsity", "survivors", "max_abs_weight", "effective_entropy", "dispersion_ratio"):
+            assert len(metrics[metric]["pattern"][T]["per_layer"]) == cfg.n_layers
+        assert set(metrics["gsink_ratio"][T]) == {"0", "1", "2", "3"}
+    for view in views:
+        assert set(metrics["sparsity"][view]) == {"64"}
+    if len(views) >= 2:
+        assert all(-1 <= r <= 1 for r in metrics["cross_view_correlation"]["64"]["per_layer"] if r is not None)
+    tails = metrics["tail_probabilities"]["64"]
+    assert [tails[k]["gaussian"] for k in ("2", "3", "4")] == pytest.approx([0.0455, 0.0027, 6.33e-5], rel=0.01)
+    assert [r["layer"] for r in metrics["last_write"]["per_layer"]] == list(range(cfg.n_layers))
+    assert all(0 <= r["argmax_rate"] <= 1 for r in metrics["last_write"]["per_layer"])
+    start, stop = metrics["heatmap"]["window"]
+    assert 0 <= start < stop <= 64 and all(p % 2 == 0 for p in metrics["heatmap"]["wrong_reads"])
+    if cfg.attention == "softmax":     # dense: every causal key survives, none is exactly 0
+        for T in (32, 64):
+            assert metrics["sparsity"]["pattern"][str(T)]["overall"] == 0.0
+            assert metrics["survivors"]["pattern"][str(T)]["overall"] == pytest.approx((T + 1) / 2)
+            assert 0 < metrics["dispersion_ratio"]["pattern"][str(T)]["overall"] <= 1
+        assert metrics["survivor_scaling"]["64"]["growth"] == pytest.approx(65 / 33)
+    if name == "ape":
+        assert "512" in metrics["lengths"]["skipped"]["1024"]
+
+
+def test_streamed_metrics_match_a_full_cache(diagnosed):
+    """diagnose reduces each layer's maps as they come out of the forward pass; the numbers
+    must be those of interp.metrics on a plain run_with_cache."""
+    path, result = diagnosed(TWO_VIEWS)
+    model = models.load(path)
+    for T in LENGTHS:
+        _, cache = model.run_with_cache(torch.as_tensor(load_split("iid", 2, seq_len=T).astype(np.int64)))
+        pattern = cache_maps(cache)
+        sinks = summarise(sink_ratio(pattern, [0]).query("metric == 'gsink_ratio'"), over=("layer", "head"))
+        assert result.metrics["gsink_ratio"][str(T)]["0"] == pytest.approx(sinks.value.item())
+        survivors = summarise(survivor_counts(pattern)).value.tolist()
+        assert result.metrics["survivors"]["pattern"][str(T)]["per_layer"] == pytest.approx(survivors)
+    for view in result.metrics["maps"][1:]:
+        top = summarise(max_abs_weight(cache_maps(cache, view), name=view), how="max").value.tolist()
+        assert result.metrics["max_abs_weight"][view]["64"]["per_layer"] == pytest.approx(top)
+
+
+def test_cli_prints_a_summary_and_json(tmp_path, capsys):
+    checkpoint = save_tiny(tmp_path, "rope")
+    assert main(["diagnose", str(checkpoint), "--out", str(tmp_path / "out"), "-n", "1", "--lengths", "32", "64"]) == 0
+    table = capsys.readouterr().out
+    for text in ("error rate, sparse", "sparsity, pattern (T=64)", "gSinkRatio", "last-write", "report.html"):
+        assert text in table
+    lstm = save_tiny(tmp_path, "lstm")
+    assert main(["diagnose", str(lstm), "--out", str(tmp_path / "lstm_out"), "-n", "1", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["model"] == "lstm" and printed["sparsity"] is None
+    assert printed == json.loads((tmp_path / "lstm_out" / "metrics.json").read_text())
+
+
+def test_cli_rejects_a_path_that_is_not_a_checkpoint(tmp_path, capsys):
+    assert main(["diagnose", str(tmp_path / "missing"), "--out", str(tmp_path / "out")]) == 2
+    assert "no such checkpoint directory" in capsys.readouterr().err
+    (tmp_path / "notes").mkdir()
+    assert main(["diagnose", str(tmp_path / "notes"), "--out", str(tmp_path / "out")]) == 2
+    assert "not a GlitchLens checkpoint" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+# --- the report in a real browser -------------------------------------------------------------
+
+# Runs before anything else on the page: every error, rejected promise and console.error is
+# written onto <html>, where --dump-dom can read it; after load, the decoded size of each image.
+PROBE = """<script>
+(() => {
+  const errors = [], root = document.documentElement;
+  const note = (kind, message) => { errors.push(kind + ": " + message);
+                                    root.setAttribute("data-errors", JSON.stringify(errors)); };
+  addEventListener("error", e => note("error", e.message));
+  addEventListener("unhandledrejection", e => note("rejection", String(e.reason)));
+  const consoleError = console.error;
+  console.error = (...args) => { note("console.error", args.join(" ")); consoleError(...args); };
+  addEventListener("load", () => root.setAttribute("data-images",
+    JSON.stringify([...document.images].map(img => img.naturalWidth))));
+})();
+</script>"""
+
+
+def load_in_chromium(page: Path, tmp_path: Path) -> tuple[str, list[str], list[int]]:
+    """The DOM after the page ran (virtual time: the budget passes as soon as nothing is
+    pending), the errors it raised and the pixel widths of its images."""
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install chromium); the report was not browser-tested")
+    probed = tmp_path / f"probed_{page.name}"
+    probed.write_text(page.read_text().replace("<head>", "<head>" + PROBE, 1))
+    run = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
+         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=20000", "--dump-dom", probed.as_uri()],
+        capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-2000:]
+    root = re.search(r"<html([^>]*)>", run.stdout)[1]
+    attribute = lambda name: json.loads(html.unescape(m[1])) if (m := re.search(rf'{name}="([^"]*)"', root)) else None
+    uncaught = [line for line in run.stderr.splitlines() if "CONSOLE" in line and "Uncaught" in line]
+    return run.stdout, (attribute("data-errors") or []) + uncaught, attribute("data-images")
+
+
+def test_the_browser_probe_catches_errors(tmp_path):
+    page = tmp_path / "broken.html"
+    page.write_text('<!DOCTYPE html><html><head></head><body><script>console.error("boom"); nope();</script>'
+                    '<img src="data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk'
+                    '+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="></body></html>')
+    _, errors, images = load_in_chromium(page, tmp_path)
+    assert any("boom" in e for e in errors) and any("nope" in e for e in errors)
+    assert images == [1]
+
+
+def test_report_renders_in_headless_chromium(diagnosed, tmp_path):
+    _, result = diagnosed(TWO_VIEWS)
+    page = result.files["report"]
+    source = page.read_text()
+    n_figures = source.count('class="plotly-graph-div"')
+    assert n_figures >= 9
+    dom, errors, images = load_in_chromium(page, tmp_path)
+    assert errors == []
+    # Plotly marks each div it has drawn and fills it with its SVG layers; a heatmap is an image.
+    assert dom.count('class="plotly-graph-div js-plotly-plot"') == n_figures
+    assert dom.count('class="main-svg"') >= 2 * n_figures
+    n_panels = models.load(result.metrics["checkpoint"]).cfg.n_heads * len(result.metrics["maps"])
+    assert len(re.findall(r'<g class="hm"><image [^>]*href="data:image/png;base64,', dom)) >= n_panels
+    assert images and all(width > 100 for width in images)        # the embedded PNG decodes

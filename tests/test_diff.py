@@ -1,0 +1,90 @@
+"""Differential attention: lambda schedule, the signed pattern, the normalised output."""
+
+import math
+
+import pytest
+import torch
+
+from models import ModelConfig
+from models.attention.base import causal_mask
+from models.attention.rope import apply_rope
+from models.backbone import GlitchLensTransformer
+
+N_POS = 9
+
+
+def diff_model(n_layers=1, n_heads=2, d_model=16, **options) -> GlitchLensTransformer:
+    torch.manual_seed(0)
+    cfg = ModelConfig(model="diff", n_layers=n_layers, n_heads=n_heads, d_model=d_model, n_ctx=N_POS,
+                      attention_options=options)
+    return GlitchLensTransformer(cfg)
+
+
+def tokens():
+    return torch.randint(0, 5, (2, N_POS), generator=torch.Generator().manual_seed(1))
+
+
+def test_lambda_init_schedule():
+    model = diff_model(n_layers=3)
+    got = [block.attn.lambda_init for block in model.blocks]
+    assert got == pytest.approx([0.2, 0.3555, 0.4707], abs=1e-4)
+
+
+def test_rope_on_by_default_and_d_head_must_split_in_two_rope_views():
+    assert diff_model().blocks[0].attn.options.rope
+    with pytest.raises(ValueError, match="divisible by 4"):
+        diff_model(n_heads=4, d_model=24)  # d_head 6: views of 3 cannot be rotated
+
+
+@pytest.mark.parametrize("n_heads, rope", [(1, True), (2, True), (2, False)])
+def test_hooks_agree_with_equations(n_heads, rope):
+    model = diff_model(n_layers=2, n_heads=n_heads, rope=rope)
+    _, cache = model.run_with_cache(tokens())
+    attn, c = model.blocks[1].attn, lambda name: cache[f"blocks.1.attn.{name}"]
+    mask = causal_mask(N_POS, N_POS)
+    d_view = attn.d_head // 2
+    maybe_rope = apply_rope if rope else (lambda t: t)
+    views = []
+    for t, (q, k) in enumerate(zip(c("hook_q").chunk(2, -1), c("hook_k").chunk(2, -1)), start=1):
+        S = torch.einsum("bqhd,bkhd->bhqk", maybe_rope(q), maybe_rope(k)) / math.sqrt(d_view)
+        torch.testing.assert_close(c(f"hook_scores_{t}"), S)
+        A = torch.softmax(S.masked_fill(~mask, float("-inf")), dim=-1)
+        torch.testing.assert_close(c(f"hook_view_{t}"), A)
+        views.append(A)
+    torch.testing.assert_close(c("hook_attn_scores"), c("hook_scores_1"))
+
+    lam = (torch.exp(attn.lambda_q1 @ attn.lambda_k1) - torch.exp(attn.lambda_q2 @ attn.lambda_k2)
+           + 0.8 - 0.6 * math.exp(-0.3)).detach()
+    torch.testing.assert_close(c("hook_lambda"), lam.expand(2, n_heads))
+    pattern = views[0] - lam * views[1]
+    torch.testing.assert_close(c("hook_pattern"), pattern)
+
+    O = torch.einsum("bhqk,bkhd->bqhd", pattern, c("hook_v"))
+    z = O / O.pow(2).mean(-1, keepdim=True).add(1e-5).sqrt() * (1 - attn.lambda_init)
+    torch.testing.assert_close(c("hook_z"), z)
+    assert c("hook_z").shape == (2, N_POS, n_heads, attn.d_head)
+
+
+def test_pattern_is_signed_and_rows_sum_to_one_minus_lambda():
+    _, cache = diff_model().run_with_cache(tokens())
+    A, lam = cache["blocks.0.attn.hook_pattern"], cache["blocks.0.attn.hook_lambda"]
+    torch.testing.assert_close(A.sum(-1), (1 - lam)[..., None].expand(A.shape[:-1]))
+    assert (A < 0).any() and (A[..., ~causal_mask(N_POS, N_POS)] == 0).all()
+
+
+def test_lambda_zero_reduces_to_view_one():
+    model = diff_model()
+    seen = {}
+    model.run_with_hooks(tokens(), fwd_hooks=[
+        ("blocks.0.attn.hook_lambda", lambda lam, hook: torch.zeros_like(lam)),
+        ("blocks.0.attn.hook_view_1", lambda a, hook: seen.setdefault("A1", a)),
+        ("blocks.0.attn.hook_pattern", lambda a, hook: seen.setdefault("A", a))])
+    torch.testing.assert_close(seen["A"], seen["A1"])
+
+
+def test_lambda_gets_gradient():
+    model = diff_model()
+    model(tokens()).square().sum().backward()
+    attn = model.blocks[0].attn
+    for w in (attn.lambda_q1, attn.lambda_k1, attn.lambda_q2, attn.lambda_k2):
+        assert w.grad is not None and w.grad.abs().sum() > 0
