@@ -119,9 +119,14 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _looks_pickled(path: Path) -> bool:
+    """A pickle starts with the PROTO opcode (0x80) and ``torch.save`` writes a zip ("PK").
+    A safetensors file starts with its 8-byte header length, which may begin with any byte,
+    and then its JSON header: a file with ``{`` at offset 8 is never called a pickle."""
     with open(path, "rb") as f:
-        head = f.read(2)
-    return head[:1] == b"\x80" or head == b"PK"
+        head = f.read(9)
+    if head[8:9] == b"{":
+        return False
+    return head[:1] == b"\x80" or head[:2] == b"PK"
 
 
 def _load_tensors(file: Path) -> dict[str, torch.Tensor]:
