@@ -7,10 +7,8 @@ from transformer_lens import ActivationCache
 from transformer_lens.utilities import get_act_name
 
 from models import MODEL_NAMES, ModelConfig, build_model
-from models.attention import REGISTRY
 
-ATTENTION_MODELS = [m for m in MODEL_NAMES if m != "lstm" and
-                    ModelConfig.from_preset(m, "tiny").attention in REGISTRY]
+ATTENTION_MODELS = [m for m in MODEL_NAMES if m != "lstm"]
 COMMON_ATTN_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z")
 BLOCK_HOOKS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post",
                "mlp.hook_pre", "mlp.hook_post")

@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from models.attention.base import MASK_FILL, causal_mask
-from models.attention.tra import TRAAttention, contextual_distance, rms_normalise
+from models.attention.base import rms_normalise
+from models.attention.tra import TRAAttention, contextual_distance
 from models.backbone import GlitchLensTransformer
 from models.config import ModelConfig
 

@@ -22,6 +22,7 @@ import os
 import warnings
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
@@ -70,6 +71,12 @@ def upcast(t: torch.Tensor) -> torch.Tensor:
     """``t`` in float32, or float64 if it already is: logits and softmax never run in half
     precision, and float64 gradchecks keep their precision."""
     return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+def rms_normalise(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """``x [..., d]`` scaled to unit root-mean-square over its last axis, no affine weight,
+    computed in at least float32. An all-zero row stays zero (never NaN)."""
+    return F.rms_norm(upcast(x), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
 def has_hooks(*hook_points: HookPoint) -> bool:

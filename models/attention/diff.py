@@ -26,20 +26,13 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from models.attention.base import MASK_FILL, Attention, causal_mask, register, upcast
+from models.attention.base import Attention, MASK_FILL, causal_mask, register, rms_normalise, upcast
 from models.attention.rope import apply_rope
 
 OUTPUT_NORM_EPS = 1e-5  # the official subln's eps
-
-
-def head_rms_norm(z: torch.Tensor, eps: float = OUTPUT_NORM_EPS) -> torch.Tensor:
-    """RMSNorm of each head's output ``z [batch, pos, head, d]`` over ``d``, no affine
-    weight, computed in float32. An all-zero row stays zero (never NaN)."""
-    return F.rms_norm(upcast(z), (z.shape[-1],), eps=eps).to(z.dtype)
 
 
 def lambda_init_fn(layer: int) -> float:
@@ -102,4 +95,4 @@ class DiffAttention(Attention):
         lam = self.hook_lambda(lam.expand(q.shape[0], self.n_heads))
         A = self.hook_pattern(A1 - lam[..., None, None] * A2)  # eq. 1
         # eq. 3: the fixed (1 - lambda_init) factor aligns gradient scale with a softmax Transformer
-        return head_rms_norm(self.apply_pattern(A, v)) * (1 - self.lambda_init)
+        return rms_normalise(self.apply_pattern(A, v), OUTPUT_NORM_EPS) * (1 - self.lambda_init)

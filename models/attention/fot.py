@@ -18,13 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from models.attention.base import MASK_FILL, Attention, causal_mask, has_hooks, register
+from models.attention.base import MASK_FILL, Attention, causal_mask, has_hooks, register, upcast
 from models.attention.rope import apply_rope
-
-
-def wide(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in float32, or left in float64 (so that float64 gradchecks stay exact)."""
-    return t if t.dtype == torch.float64 else t.float()
 
 
 class ForgetGated(Attention):
@@ -50,7 +45,7 @@ class ForgetGated(Attention):
     def log_forget(self, x: torch.Tensor) -> torch.Tensor:
         """``x [batch, pos, d_model]`` -> log of the forget gate ``[batch, head, pos]`` (float32)."""
         with torch.autocast(x.device.type, enabled=False):
-            logit = torch.einsum("bpm,hm->bhp", wide(x), wide(self.W_f)) + wide(self.b_f)[:, None]
+            logit = torch.einsum("bpm,hm->bhp", upcast(x), upcast(self.W_f)) + upcast(self.b_f)[:, None]
         gate = self.hook_forget(torch.sigmoid(logit))
         if has_hooks(self.hook_forget):
             return gate.clamp_min(torch.finfo(torch.float32).tiny).log()
@@ -59,7 +54,7 @@ class ForgetGated(Attention):
     def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """``S = q k^T / sqrt(d_head)`` ``[batch, head, query_pos, key_pos]`` in float32 (the
         scale is applied to q, the smaller tensor)."""
-        return torch.einsum("bqhd,bkhd->bhqk", wide(q) / math.sqrt(self.d_head), wide(k))
+        return torch.einsum("bqhd,bkhd->bhqk", upcast(q) / math.sqrt(self.d_head), upcast(k))
 
 
 @dataclass
@@ -89,7 +84,12 @@ class FoTAttention(ForgetGated):
     def attend(self, q, k, v, x):
         if self.options.rope:
             q, k = apply_rope(q), apply_rope(k)
-        return self.reference(q, k, v, self.log_forget(x))
+        log_f = self.log_forget(x)
+        if self.use_kernel(v.device):
+            from kernels import forgetting_attention
+
+            return forgetting_attention(q, k, v, log_f)
+        return self.reference(q, k, v, log_f)
 
     def reference(self, q, k, v, log_f):
         """``q, k, v [batch, pos, head, d_head]`` and ``log_f [batch, head, pos]`` (float32)
@@ -97,7 +97,7 @@ class FoTAttention(ForgetGated):
         n_pos = q.shape[1]
         S = self.hook_attn_scores(self.scores(q, k))  # eq. 1
         # One cumulative sum c_i = sum_{l<=i} log f_l turns every D_ij into c_i - c_j.
-        c = wide(log_f).cumsum(-1)
+        c = upcast(log_f).cumsum(-1)
         D = self.hook_decay_bias(c[..., :, None] - c[..., None, :])
         logits = (S + D).masked_fill(~causal_mask(n_pos, n_pos, q.device), MASK_FILL)
         A = self.hook_pattern(torch.softmax(logits, dim=-1))  # eq. 2, with the decay as D

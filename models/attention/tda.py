@@ -41,8 +41,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from models.attention.base import Attention, causal_mask, register, upcast
-from models.attention.diff import head_rms_norm
+from models.attention.base import Attention, causal_mask, register, rms_normalise, upcast
+from models.attention.diff import OUTPUT_NORM_EPS
 from models.attention.rope import apply_rope
 
 
@@ -112,7 +112,7 @@ class ThresholdAttention(Attention):
     def attend(self, q, k, v, x):
         views = [self.unit(t) for t in self.view_inputs(q, k, x)]
         z = self.kernel(*views, v) if self.use_kernel(v.device) else self.reference(*views, v)
-        return head_rms_norm(z)
+        return rms_normalise(z, OUTPUT_NORM_EPS)
 
 
 @register("trela")

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from transformer_lens.hook_points import HookPoint
 
-from models.attention.base import MASK_FILL, causal_mask, register
-from models.attention.fot import ForgetGated, wide
+from models.attention.base import MASK_FILL, causal_mask, register, rms_normalise, upcast
+from models.attention.fot import ForgetGated
 from models.attention.rope import apply_rope
 
 
@@ -34,11 +34,6 @@ def contextual_distance(M: torch.Tensor) -> torch.Tensor:
     D-bar is piecewise constant in the scores: no gradient flows through it.
     """
     return M.flip(-1).cumsum(-1).flip(-1) * M
-
-
-def rms_normalise(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """``x [..., d]`` scaled to unit root-mean-square over its last axis, in float32, no weight."""
-    return F.rms_norm(wide(x), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
 @register("tra")
@@ -85,7 +80,12 @@ class TRAAttention(ForgetGated):
             q, k = rms_normalise(q), rms_normalise(k)
         if self.options.rope:
             q, k = apply_rope(q), apply_rope(k)
-        return self.reference(q, k, v, self.log_forget(x))  # eq. 8, as log delta
+        log_delta = self.log_forget(x)  # eq. 8, as log delta
+        if self.use_kernel(v.device):
+            from kernels import tra_attention
+
+            return tra_attention(q, k, v, log_delta)
+        return self.reference(q, k, v, log_delta)
 
     def reference(self, q, k, v, log_delta):
         """``q, k, v [batch, pos, head, d_head]`` (q, k already normalised when ``qk_norm``)
@@ -95,7 +95,7 @@ class TRAAttention(ForgetGated):
         S_thr = self.hook_thresholded(F.relu(S))  # eq. 3
         M = self.hook_mask(((S_thr > 0) & causal_mask(n_pos, n_pos, q.device)).to(S.dtype))  # eq. 4
         D_bar = self.hook_dbar(contextual_distance(M))  # eq. 6-7
-        log_decay = self.hook_log_decay(D_bar * wide(log_delta)[..., None])  # eq. 9, in log space
+        log_decay = self.hook_log_decay(D_bar * upcast(log_delta)[..., None])  # eq. 9, in log space
         removed = M == 0
         A_bar = self.hook_attn_logits((S_thr + log_decay).masked_fill(removed, MASK_FILL))  # eq. 10-11
         # eq. 12; zeroing the removed keys also empties the rows with no surviving key
