@@ -3,6 +3,7 @@ compared with, both measured in the same run on the same machine."""
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -103,6 +104,46 @@ def bench_diagnose(mechanisms: tuple[str, ...] = ("rope", "tda"), preset: str = 
     return rows
 
 
+@functools.lru_cache(maxsize=None)
+def _attention_layer(name: str, n_heads: int, d_head: int, device: str):
+    from models import ModelConfig, build_model
+
+    cfg = ModelConfig.from_preset(name, "tiny", n_heads=n_heads, d_model=n_heads * d_head)
+    return build_model(cfg).blocks[0].attn.to(device)
+
+
+def kernel_references() -> dict:
+    """The mechanisms' PyTorch ``reference`` methods called with a kernel's arguments, for
+    :func:`kernels.bench.bench_kernels`: the per-position and per-head tensors are passed on;
+    scalars (beta, lambda, kappa, p) are the layer's own, which changes no timing."""
+
+    def reference(name):
+        def call(*inputs, **_):
+            q = inputs[0]
+            layer = _attention_layer(name, q.shape[-2], q.shape[-1], str(q.device))
+            return layer.reference(*(x for x in inputs if isinstance(x, torch.Tensor) and x.dim() >= 3))
+        return call
+
+    return {name: reference(name) for name in ("tra", "fot", "trela", "tda")}
+
+
+def bench_tiles(checkpoint: str, n: int = 8, seq_len: int = 512) -> list[dict]:
+    """Fraction of all-zero key tiles (16, 32, 64) in each layer's pattern of a trained
+    checkpoint on ``n`` iid sequences: the work a tile-skipping kernel could save."""
+    from interp.tasks import load_split
+    from kernels.bench import zero_tile_fraction
+    from models import load
+
+    model = load(checkpoint)
+    tokens = torch.from_numpy(load_split("iid", n)[:, :seq_len].astype(np.int64))
+    _, cache = model.run_with_cache(tokens, names_filter=lambda name: name.endswith("attn.hook_pattern"))
+    rows = []
+    for layer in range(model.cfg.n_layers):
+        fractions = zero_tile_fraction(cache["pattern", layer])
+        rows.append({"layer": layer, **{f"zero_tiles_{t}": f for t, f in fractions.items()}})
+    return rows
+
+
 def _print_rows(rows: list[dict], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -121,6 +162,15 @@ def run(what: str, args) -> int:
     elif what == "models":
         _print_rows(bench_models(args.repeats),
                     f"training step, mini preset, T=512, batch 8, {torch.get_num_threads()} threads")
+    elif what == "kernels":
+        from kernels.bench import bench_kernels
+
+        _print_rows(bench_kernels(kernel_references()), f"kernels on {torch.cuda.get_device_name()}, bf16, causal, "
+                                                        "head dim 64, 16384 tokens per batch")
+    elif what == "tiles":
+        if not args.checkpoint:
+            raise ValueError("bench tiles needs a checkpoint: glitchlens bench tiles CKPT")
+        _print_rows(bench_tiles(args.checkpoint), f"all-zero key tiles of {args.checkpoint}, 8 iid sequences, T=512")
     elif what == "diagnose":
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         _print_rows(bench_diagnose(), f"glitchlens diagnose, default settings, {torch.get_num_threads()} threads, "

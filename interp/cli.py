@@ -187,7 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_diagnose)
 
     p = sub.add_parser("bench", help="benchmarks that print ratios measured side by side")
-    p.add_argument("what", choices=["data", "models", "diagnose"])
+    p.add_argument("what", choices=["data", "models", "diagnose", "kernels", "tiles"])
+    p.add_argument("checkpoint", nargs="?", help="bench tiles: a trained checkpoint")
     p.add_argument("--repeats", type=int, default=3)
     p.set_defaults(func=cmd_bench)
     return parser
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.func(args)
-    except (CheckpointError, FlipFlopFormatError, FileNotFoundError, ValueError, KeyError) as err:
+    except (CheckpointError, FlipFlopFormatError, FileNotFoundError, ValueError, KeyError, RuntimeError) as err:
         print(f"glitchlens {args.command}: error: {err}", file=sys.stderr)
         return 2
 

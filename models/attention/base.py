@@ -139,6 +139,11 @@ class Attention(nn.Module):
     # Hooks computed outside the attention core: a fused kernel still passes through them.
     OUTER_HOOKS = frozenset({"hook_q", "hook_k", "hook_v", "hook_z", "hook_q2", "hook_k2", "hook_forget"})
 
+    def active_inner_hooks(self) -> list[str]:
+        """Names of the hooks inside the attention core that currently have hooks attached."""
+        return [name for name, h in self.named_children()
+                if isinstance(h, HookPoint) and name not in self.OUTER_HOOKS and h.has_hooks()]
+
     def use_kernel(self, device: torch.device) -> bool:
         """Whether :meth:`attend` runs the fused Triton kernel rather than the reference.
 
@@ -154,8 +159,7 @@ class Attention(nn.Module):
         if impl == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             raise RuntimeError("attention_impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run "
                                "the kernels on the CPU through Triton's interpreter")
-        inner = [name for name, h in self.named_children()
-                 if isinstance(h, HookPoint) and name not in self.OUTER_HOOKS and h.has_hooks()]
+        inner = self.active_inner_hooks()
         if inner:
             warnings.warn(f"hooks on {self.registry_name} internals ({', '.join(inner)}) need the full "
                           "[query, key] matrices: those layers run the PyTorch reference, not the Triton kernel",

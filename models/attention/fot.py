@@ -89,7 +89,24 @@ class FoTAttention(ForgetGated):
             from kernels import forgetting_attention
 
             return forgetting_attention(q, k, v, log_f)
-        return self.reference(q, k, v, log_f)
+        if self.active_inner_hooks():
+            return self.reference(q, k, v, log_f)
+        return self.fused(q, k, v, log_f)
+
+    def fused(self, q, k, v, log_f):
+        """:meth:`reference`'s ``z`` through PyTorch's fused causal attention, for when no
+        hook needs the pattern. Softmax is shift-invariant along a row, so the ``c_i`` of
+        ``D_ij = c_i - c_j`` drops out and ``-c_j`` becomes one more key feature, paired
+        with a constant query feature of 1: ``[q / sqrt(d), 1] . [k, -c_j] = S_ij - c_j``.
+        Gradients reach ``log f`` through ``c``; the result equals the reference to float32
+        rounding."""
+        c = upcast(log_f).cumsum(-1).transpose(1, 2)[..., None]  # [batch, pos, head, 1]
+        q_aug = torch.cat([upcast(q) / math.sqrt(self.d_head), torch.ones_like(c)], dim=-1)
+        k_aug = torch.cat([upcast(k), -c], dim=-1)
+        with torch.autocast(q.device.type, enabled=False):
+            z = F.scaled_dot_product_attention(q_aug.transpose(1, 2), k_aug.transpose(1, 2),
+                                               upcast(v).transpose(1, 2), is_causal=True, scale=1.0)
+        return z.transpose(1, 2).to(v.dtype)
 
     def reference(self, q, k, v, log_f):
         """``q, k, v [batch, pos, head, d_head]`` and ``log_f [batch, head, pos]`` (float32)
