@@ -103,10 +103,12 @@ class FoTAttention(ForgetGated):
         c = upcast(log_f).cumsum(-1).transpose(1, 2)[..., None]  # [batch, pos, head, 1]
         q_aug = torch.cat([upcast(q) / math.sqrt(self.d_head), torch.ones_like(c)], dim=-1)
         k_aug = torch.cat([upcast(k), -c], dim=-1)
+        # V gets a zero column too: the fused kernels want one head dim for q, k and v.
+        v_aug = torch.cat([upcast(v), torch.zeros_like(c)], dim=-1)
         with torch.autocast(q.device.type, enabled=False):
             z = F.scaled_dot_product_attention(q_aug.transpose(1, 2), k_aug.transpose(1, 2),
-                                               upcast(v).transpose(1, 2), is_causal=True, scale=1.0)
-        return z.transpose(1, 2).to(v.dtype)
+                                               v_aug.transpose(1, 2), is_causal=True, scale=1.0)
+        return z.transpose(1, 2)[..., :-1].to(v.dtype)
 
     def reference(self, q, k, v, log_f):
         """``q, k, v [batch, pos, head, d_head]`` and ``log_f [batch, head, pos]`` (float32)
