@@ -1,6 +1,6 @@
 # GlitchLens: `make demo` (set up, train, evaluate, diagnose) and `make test` (set up, run the tests).
-# torch is pinned to the CPU build this machine installs locally; on a GPU machine use
-#   make setup TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+# torch is pinned and installed first (the local CPU wheel here); a GPU machine may pass its own
+#   make setup TORCH_SPEC="torch==2.13.0 --index-url <PyTorch's index for your CUDA>"
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
