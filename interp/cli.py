@@ -114,6 +114,15 @@ def cmd_diagnose(args) -> int:
     return 0
 
 
+def cmd_reproduce(args) -> int:
+    from interp.reproduce import reproduce_table1
+
+    table = reproduce_table1(args.out, args.scale, args.seeds, args.jobs)
+    print(f"wrote {args.out}/table1.csv and {args.out}/table1.md ({len(table)} rows)")
+    print((Path(args.out) / "table1.md").read_text())
+    return 0
+
+
 def cmd_bench(args) -> int:
     from interp import bench
 
@@ -185,6 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None)
     p.add_argument("--json", action="store_true", help="print metrics.json instead of the summary table")
     p.set_defaults(func=cmd_diagnose)
+
+    p = sub.add_parser("reproduce", help="train and evaluate every model over seeds: the TRA paper's Table 1")
+    p.add_argument("what", choices=["table1"])
+    p.add_argument("--scale", choices=["cpu", "paper"], default="cpu")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--jobs", type=int, default=2, help="runs at once (one torch thread each)")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_reproduce)
 
     p = sub.add_parser("bench", help="benchmarks that print ratios measured side by side")
     p.add_argument("what", choices=["data", "models", "diagnose", "kernels", "tiles"])

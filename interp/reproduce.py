@@ -1,0 +1,133 @@
+"""``glitchlens reproduce table1``: the TRA paper's Table 1 (full-sequence accuracy on the
+flip-flop ``iid``, ``sparse`` and ``dense`` splits), for every model, over seeds.
+
+Each (model, seed) run trains on fresh FFL(0.8) at T = 512 with the clean loss, evaluates on
+the three canonical splits and writes ``runs/<model>-seed<seed>/result.json`` next to its
+checkpoint. A run whose ``result.json`` exists is skipped and an unfinished run continues from
+its last checkpoint (every 100 steps), so an interrupted sweep resumes where it stopped. Runs go ``jobs`` at a time, one torch thread each.
+
+Scales (the same for every model: no model is tuned more than another):
+
+- ``paper``: the TRA paper's set-up, ``mini`` preset, lr 1e-4, batch 64, 25k steps (a GPU job).
+- ``cpu``: ``mech`` preset, lr 1e-3, batch 16, 500 steps. One TRA ``mech`` step took about
+  1.2 s on one core of the 2-core development machine, so a run takes about 10 minutes;
+  the softmax baselines are faster.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+
+TABLE1_MODELS = ("nope", "ape", "rel", "rope", "label", "fot", "diff", "cope", "tra", "tda", "trela", "lstm")
+SPLIT_ORDER = ("iid", "dense", "sparse")
+
+# TRA paper, Table 1: full-sequence accuracy (%), mean and standard deviation over 4 seeds.
+PAPER_TABLE1: dict[str, dict[str, tuple[float, float]]] = {
+    "nope": {"iid": (100, 0), "dense": (0.15, 0.0), "sparse": (99.97, 0.1)},
+    "ape": {"iid": (100, 0), "dense": (27.38, 13.1), "sparse": (90.61, 5.64)},
+    "rel": {"iid": (100, 0), "dense": (41.2, 47.29), "sparse": (70.48, 10.92)},
+    "rope": {"iid": (100, 0), "dense": (100, 0), "sparse": (72.82, 1.27)},
+    "label": {"iid": (100, 0), "dense": (12.58, 15.87), "sparse": (86.93, 9.93)},
+    "fot": {"iid": (100, 0), "dense": (100, 0), "sparse": (93.4, 4.21)},
+    "diff": {"iid": (100, 0), "dense": (100, 0), "sparse": (77.8, 6.73)},
+    "cope": {"iid": (100, 0), "dense": (100, 0), "sparse": (95.1, 4.4)},
+    "tra": {"iid": (100, 0), "dense": (100, 0), "sparse": (100, 0)},
+}
+
+
+@dataclass(frozen=True)
+class Scale:
+    preset: str
+    steps: int
+    lr: float
+    batch_size: int
+    eval_n: int | None = None   # sequences per split (None: the whole split)
+
+
+SCALES = {
+    "paper": Scale(preset="mini", steps=25_000, lr=1e-4, batch_size=64),
+    "cpu": Scale(preset="mech", steps=500, lr=1e-3, batch_size=16),
+}
+
+
+def run_one(model: str, seed: int, scale: Scale, out: str) -> dict:
+    """Train and evaluate one (model, seed); return its result (read from disk if done)."""
+    import torch
+
+    from interp.evaluate import evaluate_splits
+    from interp.train import TrainConfig, train
+    from models import ModelConfig
+
+    run_dir = Path(out) / "runs" / f"{model}-seed{seed}"
+    result_file = run_dir / "result.json"
+    if result_file.exists():
+        return json.loads(result_file.read_text())
+    torch.set_num_threads(1)
+    trained = train(ModelConfig.from_preset(model, scale.preset),
+                    TrainConfig(steps=scale.steps, lr=scale.lr, batch_size=scale.batch_size, seed=seed,
+                                eval_n=8, checkpoint_every=100),
+                    run_dir, resume=True, progress=False)
+    evaluation = evaluate_splits(trained, SPLIT_ORDER, n=scale.eval_n)
+    result = {"model": model, "seed": seed, "scale": asdict(scale),
+              "splits": {name: r.to_dict() for name, r in evaluation.items()}}
+    tmp = result_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    os.replace(tmp, result_file)
+    return result
+
+
+def reproduce_table1(out: str | Path, scale: str | Scale = "cpu", seeds: int = 3, jobs: int = 2,
+                     models: tuple[str, ...] = TABLE1_MODELS) -> pd.DataFrame:
+    """Run (or resume) the sweep and write ``table1.csv`` and ``table1.md`` to ``out``."""
+    scale = SCALES[scale] if isinstance(scale, str) else scale
+    out = Path(out)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    tasks = [(model, seed, scale, str(out)) for model in models for seed in range(seeds)]
+    # spawn, not fork: a forked child inherits the parent's OpenMP state, which can hang it
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        results = list(pool.map(run_one, *zip(*tasks)))
+    table = summarise_runs(results)
+    table.to_csv(out / "table1.csv", index=False)
+    (out / "table1.md").write_text(markdown_table(table))
+    return table
+
+
+def summarise_runs(results: list[dict]) -> pd.DataFrame:
+    """One row per (model, split): mean and std over seeds of full-sequence accuracy (%) and
+    of the read error rate, next to the paper's accuracy where it reports one."""
+    rows = [{"model": r["model"], "split": split, "seed": r["seed"],
+             "accuracy": 100 * s["sequence_accuracy"], "error_rate": s["error_rate"]}
+            for r in results for split, s in r["splits"].items()]
+    frame = pd.DataFrame(rows)
+    table = (frame.groupby(["model", "split"], sort=False)
+             .agg(seeds=("seed", "count"), accuracy_mean=("accuracy", "mean"), accuracy_std=("accuracy", "std"),
+                  error_rate_mean=("error_rate", "mean"), error_rate_std=("error_rate", "std"))
+             .reset_index())
+    paper = [PAPER_TABLE1.get(m, {}).get(s, (float("nan"), float("nan"))) for m, s in zip(table.model, table.split)]
+    table["paper_accuracy_mean"] = [p[0] for p in paper]
+    table["paper_accuracy_std"] = [p[1] for p in paper]
+    return table
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    """Models as columns, splits as rows, ``ours (paper)`` in each cell, as in the paper."""
+    def cell(row) -> str:
+        ours = f"{row.accuracy_mean:.2f} ± {0 if pd.isna(row.accuracy_std) else row.accuracy_std:.2f}"
+        if pd.isna(row.paper_accuracy_mean):
+            return ours
+        return f"{ours} ({row.paper_accuracy_mean:g} ± {row.paper_accuracy_std:g})"
+
+    models = list(dict.fromkeys(table.model))
+    lines = ["| split | " + " | ".join(models) + " |", "|---" * (len(models) + 1) + "|"]
+    for split in SPLIT_ORDER:
+        cells = {row.model: cell(row) for row in table[table.split == split].itertuples()}
+        lines.append(f"| {split} | " + " | ".join(cells.get(m, "") for m in models) + " |")
+    return ("Full-sequence accuracy (%), mean ± std over seeds; the TRA paper's Table 1 in parentheses.\n\n"
+            + "\n".join(lines) + "\n")
