@@ -1,6 +1,5 @@
 """The backbone and the softmax positional variants (NoPE, APE, REL, RoPE, Label, ALiBi)."""
 
-import math
 
 import pytest
 import torch

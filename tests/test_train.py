@@ -9,7 +9,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import models
 from interp.train import BatchSource, TrainConfig, TrainingInterrupted, lr_at, sharpening_penalty, train
 from models import ModelConfig
 
