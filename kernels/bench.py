@@ -108,7 +108,8 @@ def _measure(fn: Callable, inputs: list, repeats: int) -> dict:
         return fn(*inputs)
 
     def backward(z):
-        torch.autograd.grad(z, grads, torch.ones_like(z))
+        # allow_unused: a reference may hold its own scalars (beta, lambda) instead of the inputs'
+        torch.autograd.grad(z, grads, torch.ones_like(z), allow_unused=True)
 
     def forward_backward(_=None):
         backward(forward())

@@ -58,3 +58,24 @@ def test_impl_choices(monkeypatch):
         build_model(triton_cfg).blocks[0].attn.use_kernel(torch.device("cpu"))
     with pytest.raises(ValueError, match="attention_impl"):
         ModelConfig(model="tra", attention_impl="cuda")
+
+
+def test_benchmark_references_compute_what_the_kernels_compute():
+    """``glitchlens bench kernels`` times the references with the kernels' arguments."""
+    import kernels
+    from interp.bench import kernel_references
+
+    torch.manual_seed(0)
+    references = kernel_references()
+    q, k, q2, k2 = (torch.nn.functional.normalize(torch.randn(1, 20, 2, 16), dim=-1) for _ in range(4))
+    v = torch.randn(1, 20, 2, 16)
+    log_gate = torch.nn.functional.logsigmoid(torch.randn(1, 2, 20))
+    beta, lam = torch.ones(()), torch.full((), 0.5)
+    pairs = {
+        "tra": ((q, k, v, log_gate), kernels.tra_attention),
+        "fot": ((q, k, v, log_gate), kernels.forgetting_attention),
+        "trela": ((q, k, v, beta), kernels.threshold_attention),
+        "tda": ((q, k, q2, k2, v, beta, lam), kernels.differential_threshold_attention),
+    }
+    for name, (inputs, kernel) in pairs.items():
+        assert (references[name](*inputs) - kernel(*inputs)).abs().max() < 1e-4, name
