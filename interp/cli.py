@@ -40,8 +40,9 @@ def cmd_data(args) -> int:
     return 0
 
 
-def cmd_train(args) -> int:
-    from interp.train import TrainConfig, TrainingInterrupted, format_quick_eval, train
+def train_configs(args):
+    """The ``(ModelConfig, TrainConfig)`` that ``glitchlens train`` arguments describe."""
+    from interp.train import TrainConfig
     from models import ModelConfig
 
     model_cfg = ModelConfig.from_preset(args.model, args.preset, n_ctx=args.seq_len, **_model_overrides(args))
@@ -51,6 +52,13 @@ def cmd_train(args) -> int:
         mixture=args.mixture, p_bottom=args.p_bottom, regulariser=args.regulariser, reg_coef=args.reg_coef,
         reg_start=args.reg_start, seed=args.seed, data_file=args.data, eval_every=args.eval_every,
         eval_n=args.eval_n, checkpoint_every=args.checkpoint_every)
+    return model_cfg, train_cfg
+
+
+def cmd_train(args) -> int:
+    from interp.train import TrainingInterrupted, format_quick_eval, train
+
+    model_cfg, train_cfg = train_configs(args)
     try:
         train(model_cfg, train_cfg, args.out, resume=args.resume, progress=not args.quiet,
               metadata={"command": " ".join(["glitchlens", *args.argv])})
@@ -120,6 +128,48 @@ def cmd_reproduce(args) -> int:
     table = reproduce_table1(args.out, args.scale, args.seeds, args.jobs)
     print(f"wrote {args.out}/table1.csv and {args.out}/table1.md ({len(table)} rows)")
     print((Path(args.out) / "table1.md").read_text())
+    return 0
+
+
+def cmd_pretrained(args) -> int:
+    from interp import pretrained
+
+    if args.action == "build":
+        names = args.names or list(pretrained.RECIPES)
+        if args.from_run and len(names) != 1:
+            raise ValueError("--from-run adopts one run: name exactly one entry")
+        for name in names:
+            print(f"building {name}: glitchlens train {' '.join(pretrained.recipe_args(name, args.steps))}")
+            print(f"wrote {pretrained.build(name, steps=args.steps, root=args.root, from_run=args.from_run)}")
+        return 0
+    rows = pretrained.listing(args.root)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="pretrained models (models.load_pretrained(name)); accuracy: read / full-sequence")
+    for col in ("name", "model", "size", "accuracy", "command"):
+        table.add_column(col)
+    for row in rows:
+        if not row["built"]:
+            table.add_row(row["name"], "-", "-", "not built", f"glitchlens pretrained build {row['name']}")
+            continue
+        accuracy = "\n".join(
+            f"{split}: {100 * r.get('read_accuracy', r.get('position_accuracy', 0.0)):.2f}% / "
+            f"{100 * r['sequence_accuracy']:.1f}%" for split, r in row["accuracy"].items())
+        table.add_row(row["name"], row["model"], f"{row['size_kb']:.0f} KB", accuracy, row["command"])
+    Console().print(table)
+    return 0
+
+
+def cmd_figures(args) -> int:
+    from interp.figures import make_figures
+
+    written = make_figures(args.out, args.only, table1_csv=args.table1)
+    print(f"wrote {len(written)} figures (PNG, HTML, CSV each) to {args.out}; captions in "
+          f"{Path(args.out) / 'captions.json'}, all of them in {Path(args.out) / 'index.md'}")
     return 0
 
 
@@ -202,6 +252,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=2, help="runs at once (one torch thread each)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_reproduce)
+
+    from models.pretrained import PRETRAINED_DIR
+
+    p = sub.add_parser("pretrained", help="list the shipped pretrained models, or rebuild them from their recipes")
+    p.add_argument("action", nargs="?", choices=["list", "build"], default="list")
+    p.add_argument("names", nargs="*", help="build: entries to build (default: all)")
+    p.add_argument("--steps", type=int, default=None, help="build: override the recipe's steps (a quick check)")
+    p.add_argument("--root", default=str(PRETRAINED_DIR), help="directory of the entries")
+    p.add_argument("--from-run", default=None, metavar="CHECKPOINT",
+                   help="build: adopt a finished training run whose configuration equals the recipe's "
+                        "(e.g. a `reproduce table1` run) instead of training again")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_pretrained)
+
+    p = sub.add_parser("figures", help="reproduce the papers' mechanistic figures on the pretrained models")
+    p.add_argument("--out", required=True, help="directory for the PNG/HTML/CSV files, captions.json and index.md")
+    p.add_argument("--only", nargs="+", metavar="NAME", default=None,
+                   help="draw only these figures (names in interp.figures.FIGURE_NAMES, e.g. tra_vs_fot drift)")
+    p.add_argument("--table1", default=None, metavar="CSV",
+                   help="table1.csv of `glitchlens reproduce table1` (without it the table1 figure is skipped)")
+    p.set_defaults(func=cmd_figures)
 
     p = sub.add_parser("bench", help="benchmarks that print ratios measured side by side")
     p.add_argument("what", choices=["data", "models", "diagnose", "kernels", "tiles"])

@@ -36,11 +36,13 @@ from matplotlib.colors import Normalize, to_rgba
 from matplotlib.figure import Figure
 from plotly.subplots import make_subplots
 
-from interp.metrics import Maps, by_layer, summarise
+from interp.metrics import Maps, automaton_write_positions, by_layer, summarise
+from interp.tasks.automaton import AUTOMATON_VOCAB, SIGMA_0, SIGMA_1
 from interp.tasks.flipflop import READ, VOCAB, WRITE, last_write_positions
 
 ZERO_COLOR, HIDDEN_COLOR, TEXT_COLOR = "#000000", "#d9d9d9", "#333333"
 ROLE_COLOR = {WRITE: "#d95f02", READ: "#1f78b4"}
+AUTOMATON_WRITE_COLOR = {SIGMA_0: ROLE_COLOR[WRITE], SIGMA_1: ROLE_COLOR[READ]}   # the flip-flop paper's Fig. 5
 WRONG_COLOR, IDEAL_COLOR = "#e31a1c", "#00e5ff"
 # (matplotlib name, plotly scale): the same colours in both backends.
 SEQUENTIAL = ("YlOrRd", plotly.colors.sequential.YlOrRd)
@@ -249,6 +251,29 @@ def heatmap(m, tokens=None, *, title: str = "", **options):
     return heatmap_grid({title: m}, tokens, ncols=1, **options)
 
 
+def automaton_heatmap_grid(panels: Mapping[str, torch.Tensor], inputs, *, wrong: Iterable[int] = (),
+                           window: tuple[int, int] | None = None, stride: int = 1, max_ticks: int = 64,
+                           backend: str = "plotly"):
+    """:func:`heatmap_grid` for one flip-flop automaton input sequence ``[T]`` (sigma_0 / sigma_1 /
+    bottom = 0 / 1 / 2; flip-flop paper Fig. 5, 14, 16): axes labelled ``0`` / ``1`` (the writes,
+    orange / blue) and ``_`` (bottom); every position is a prediction, so each one's ideal cell
+    (query = the position, key = its most recent write, Fig. 5c) is outlined in cyan, or red
+    where ``wrong`` says the prediction there is wrong (its labels are red too)."""
+    _check_backend(backend)
+    inputs = np.asarray(torch.as_tensor(inputs).cpu()).astype(np.int64)
+    axis = token_axis(len(inputs), labels=[AUTOMATON_VOCAB[x] for x in inputs], wrong=wrong, window=window,
+                      stride=stride, max_ticks=max_ticks)
+    wrong = {int(t) for t in wrong}
+    axis.tick_color = [WRONG_COLOR if t in wrong else AUTOMATON_WRITE_COLOR.get(inputs[t], TEXT_COLOR)
+                       for t in axis.positions[axis.ticks]]
+    index = {int(t): i for i, t in enumerate(axis.positions)}
+    last_write = automaton_write_positions(inputs)
+    axis.marks = [(i, index[int(last_write[t])], t in wrong) for t, i in index.items() if int(last_write[t]) in index]
+    built = [_panel(title, m, axis, True, None) for title, m in panels.items()]
+    render = _plotly_grid if backend == "plotly" else _matplotlib_grid
+    return render(built, axis, min(len(built), 4), False)
+
+
 def layer_head_panels(maps: Maps, seq: int = 0, prefix: str = "") -> dict[str, torch.Tensor]:
     """``{"L{layer} H{head}": map}`` of sequence ``seq`` from ``[batch, head, q, k]`` maps."""
     return {f"{prefix}L{layer} H{head}": a[seq, head] for layer, a in by_layer(maps).items()
@@ -405,6 +430,50 @@ def error_rate_chart(rates: pd.DataFrame, x: str = "dependency_length", series: 
     :func:`interp.metrics.error_rate_by_dependency`."""
     return chart(rates, x, "error_rate", series=_series(rates, series), title="Errors by dependency length",
                  xlabel=x.replace("_", " "), ylabel="error rate", log_x=bool((rates[x] > 0).all()), backend=backend)
+
+
+def table1_chart(table: pd.DataFrame, splits: Sequence[str] = ("iid", "dense", "sparse"), backend: str = "plotly"):
+    """Full-sequence accuracy per model, ours (mean +- std over seeds) beside the TRA paper's
+    (Table 1), one panel per split, from a ``glitchlens reproduce table1`` table (columns
+    ``model, split, accuracy_mean, accuracy_std, paper_accuracy_mean, paper_accuracy_std``).
+    A model the paper does not report has no paper bar; a single seed has no error bar."""
+    _check_backend(backend)
+    models = list(dict.fromkeys(table.model))
+    present = [s for s in splits if s in set(table.split)]
+    if not present:
+        raise ValueError(f"the table has none of the splits {list(splits)}: {sorted(set(table.split))}")
+    splits = present
+    sources = [("ours", "accuracy_mean", "accuracy_std", "#1f78b4"),
+               ("paper", "paper_accuracy_mean", "paper_accuracy_std", "#b2b2b2")]
+
+    def column(split, name):
+        rows = table[table.split == split].set_index("model").reindex(models)
+        return rows[name].to_numpy(dtype=float)
+
+    if backend == "plotly":
+        fig = make_subplots(len(splits), 1, shared_xaxes=True, subplot_titles=splits, vertical_spacing=0.08)
+        for row, split in enumerate(splits, 1):
+            for label, mean, std, color in sources:
+                fig.add_trace(go.Bar(x=models, y=column(split, mean), name=label, marker_color=color,
+                                     error_y=dict(array=np.nan_to_num(column(split, std))), showlegend=row == 1),
+                              row, 1)
+            fig.update_yaxes(title_text="accuracy (%)", range=[0, 110], row=row, col=1)
+        fig.update_layout(barmode="group", height=220 + 230 * len(splits), width=160 + 70 * len(models),
+                          title="Full-sequence accuracy (TRA paper Table 1)")
+        return fig
+    fig = Figure(figsize=(1.6 + 0.6 * len(models), 1.2 + 2.2 * len(splits)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(splits), 1, sharex=True, squeeze=False)[:, 0]
+    where = np.arange(len(models))
+    for ax, split in zip(axes, splits):
+        for n, (label, mean, std, color) in enumerate(sources):
+            ax.bar(where + (n - 0.5) * 0.4, column(split, mean), 0.4, yerr=np.nan_to_num(column(split, std)),
+                   color=color, label=label, capsize=2)
+        ax.set(title=split, ylabel="accuracy (%)", ylim=(0, 110))
+    axes[-1].set_xticks(where, models, rotation=45)
+    fig.suptitle("Full-sequence accuracy (TRA paper Table 1)")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper right", fontsize=8)
+    return fig
 
 
 def save(fig, path) -> Path:

@@ -1,7 +1,7 @@
 """Short CPU training runs that must learn flip-flop (slow; `.ci/run` runs them).
 
-Each run trains a ``tiny`` model on fresh FFL(0.8) at T = 512 with the clean loss and checks
-the loss against chance (ln 2 per read bit) and the read accuracy on the ``iid`` split.
+Each run trains a ``tiny`` model on fresh FFL(0.8) with the clean loss and checks the loss
+against chance (ln 2 per read bit) and the read accuracy on the ``iid`` split (T = 512).
 """
 
 import json
@@ -16,18 +16,23 @@ from models import ModelConfig
 
 pytestmark = pytest.mark.slow
 
-# model -> (steps, lr, attention options): the recipes measured to learn on this CPU.
+# model -> (steps, training length, model overrides): the recipes measured to learn on this CPU
+# (lr 1e-3, batch 16, seed 0). A one-head TRA learns or not depending on its initialisation
+# (one seed in four did, see the README); with the paper's four heads it learns reliably, and
+# trained at T = 128 it already reads the T = 512 split without error.
 RECIPES = {
-    "fot": (80, 1e-3, {}),
+    "fot": (80, 512, {}),
+    "tra": (400, 128, {"n_heads": 4}),
 }
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_tiny_model_learns_iid(name, tmp_path):
-    steps, lr, options = RECIPES[name]
+    steps, seq_len, overrides = RECIPES[name]
     torch.set_num_threads(min(2, torch.get_num_threads()))
-    model = train(ModelConfig.from_preset(name, "tiny", attention_options=options),
-                  TrainConfig(steps=steps, lr=lr, batch_size=16, eval_n=50), tmp_path / name, progress=False)
+    model = train(ModelConfig.from_preset(name, "tiny", n_ctx=seq_len, **overrides),
+                  TrainConfig(steps=steps, lr=1e-3, batch_size=16, seq_len=seq_len, eval_n=50),
+                  tmp_path / name, progress=False)
     log = (tmp_path / name / "log.jsonl").read_text().splitlines()
     losses = [json.loads(line)["loss"] for line in log if '"loss"' in line]
     assert sum(losses[-10:]) / 10 < 0.1 * math.log(2), "the clean loss must end far below chance"

@@ -7,9 +7,10 @@ the last write (flip-flop paper Fig. 5, 12, 14). Nothing here imports ``models``
 
 from interp.metrics.attention import (
     EPS, Maps, by_layer, cache_maps, causal, cross_view_correlation, dispersion, effective_entropy,
-    entropy_summary, gaussian_tail, magnitudes, max_abs_weight, sink_eps, sink_ratio, sparsity,
+    entropy_summary, gaussian_tail, inhibition, magnitudes, max_abs_weight, sink_eps, sink_ratio, sparsity,
     summarise, survivor_counts, survivor_growth, survivor_scaling, tail_probabilities, zero_rows,
 )
 from interp.metrics.probes import (
-    error_rate_by_dependency, glitch_table, last_write_attention, last_write_summary, read_table,
+    automaton_write_attention, automaton_write_positions, error_rate_by_dependency, glitch_table, last_write_attention,
+    last_write_summary, mean_by_key_token, read_table,
 )

@@ -259,6 +259,25 @@ def survivor_growth(counts: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def inhibition(maps: Maps, name: str = "pattern") -> pd.DataFrame:
+    """How much of a signed (differential) map subtracts, per layer and head (TDA paper Fig. 2)::
+
+        inhibitory_fraction = #{(b, i, j) : j <= i, A_bij < 0} / #{(b, i, j) : j <= i}
+        inhibitory_mass     = sum_{j <= i, A_bij < 0} |A_bij| / sum_{j <= i} |A_bij|
+
+    0 for any non-negative map; ``inhibitory_mass`` is NaN for an all-zero one.
+    """
+    def stats(a):
+        mask = causal(a.shape[-1], a.device)
+        mag = magnitudes(a)
+        negative = (a < 0) & mask
+        return {"inhibitory_fraction": negative.sum((0, 2, 3)) / (mask.sum() * a.shape[0]),
+                "inhibitory_mass": mag.masked_fill(~negative, 0.0).sum((0, 2, 3)).double()
+                / mag.sum((0, 2, 3)).double()}
+
+    return _frame(maps, name, stats)
+
+
 def cross_view_correlation(view_1: Maps, view_2: Maps, name: str = "views") -> pd.DataFrame:
     """Pearson correlation between the two views' weights over the causal entries of the
     batch, per layer and head (App. B.3, Fig. 5)::

@@ -4,7 +4,8 @@ heads looked (Liu et al., "Exposing Attention Glitches", Fig. 5, 12 right, 14).
 Inputs are flip-flop token ids ``[n, T]`` (``w``=0, ``r``=1, ``i``=2, ``0``=3, ``1``=4) and the
 model's predicted next-token ids ``[n, T]`` (``logits.argmax(-1)``); only the entries at
 read instructions are used: the prediction made at an ``r`` is the model's answer for the
-bit that follows it.
+bit that follows it. :func:`automaton_write_attention` takes automaton inputs instead
+(``sigma_0``=0, ``sigma_1``=1, ``bottom``=2), where every position is a prediction.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp.metrics.attention import Maps, by_layer, causal
-from interp.tasks.flipflop import IGNORE, ONE, WRITE, ZERO, last_write_positions, read_mask
+from interp.metrics.attention import Maps, _frame, by_layer, causal
+from interp.tasks.automaton import BOTTOM
+from interp.tasks.flipflop import IGNORE, ONE, VOCAB, WRITE, ZERO, last_write_positions, read_mask
 
 
 def _ids(x, name: str) -> np.ndarray:
@@ -124,3 +126,59 @@ def last_write_summary(table: pd.DataFrame) -> pd.DataFrame:
     frames = [grouped[column].mean().rename("value").reset_index().assign(metric=metric)
               for column, metric in (("weight", "last_write_weight"), ("is_argmax", "last_write_argmax_rate"))]
     return pd.concat(frames, ignore_index=True)[["layer", "head", "metric", "value"]]
+
+
+def automaton_write_positions(inputs) -> np.ndarray:
+    """For automaton inputs ``[..., T]``, the index of the most recent write (sigma_0 or sigma_1)
+    at or before each position, ``-1`` before the first: the key the ideal head attends to."""
+    inputs = np.asarray(inputs)
+    pos = np.arange(inputs.shape[-1])
+    return np.maximum.accumulate(np.where(inputs != BOTTOM, pos, -1), axis=-1)
+
+
+def automaton_write_attention(maps: Maps, inputs) -> pd.DataFrame:
+    """Flip-flop automaton (Def. 1): for every position and head, the weight on the most recent
+    write (sigma_0 or sigma_1) at or before it, where the ideal 1-layer head of the flip-flop
+    paper's Fig. 5c / 16b puts all of it. Columns ``layer, seq, head, position, write_pos``,
+    ``weight`` = A[position, write_pos] and ``is_argmax`` (that key's weight is strictly above
+    every other key's). Positions before the first write have ``write_pos`` -1, weight NaN.
+    """
+    inputs = _ids(inputs, "inputs")
+    pos = np.arange(inputs.shape[1])
+    write_pos = automaton_write_positions(inputs)
+    key = torch.as_tensor(write_pos.clip(min=0))[:, None, :, None]              # [n, 1, T, 1]
+    parts = []
+    for layer, a in by_layer(maps).items():
+        if a.shape[0] != inputs.shape[0] or a.shape[-1] != inputs.shape[1]:
+            raise ValueError(f"layer {layer}: map {tuple(a.shape)} does not match inputs {inputs.shape}")
+        rows = a.float().cpu().masked_fill(~causal(a.shape[-1]), float("-inf"))
+        index = key.expand(-1, a.shape[1], -1, -1)
+        weight = rows.gather(-1, index)[..., 0]                                   # [n, head, T]
+        others = rows.scatter(-1, index, float("-inf")).amax(-1)
+        weight = weight.masked_fill(torch.as_tensor(write_pos < 0)[:, None, :], float("nan"))
+        n, n_heads, T = weight.shape
+        parts.append(pd.DataFrame({
+            "layer": layer, "seq": np.repeat(np.arange(n), n_heads * T),
+            "head": np.tile(np.repeat(np.arange(n_heads), T), n), "position": np.tile(pos, n * n_heads),
+            "write_pos": np.repeat(write_pos, n_heads, axis=0).ravel(),
+            "weight": weight.reshape(-1).numpy(), "is_argmax": (weight > others).reshape(-1).numpy(),
+        }))
+    return pd.concat(parts, ignore_index=True)
+
+
+def mean_by_key_token(maps: Maps, tokens, name: str = "pattern") -> pd.DataFrame:
+    """The mean of a map over the causal entries whose key is each flip-flop token (``w``, ``r``,
+    ``i``, ``0``, ``1``), per layer and head: which tokens a head attends to, or which tokens a
+    CoPE head counts when the map is its gates (CoPE paper Fig. 6). Column ``key_token``; NaN
+    for a token absent from the batch."""
+    tokens = torch.as_tensor(_ids(tokens, "tokens"))
+    parts = []
+    for token, symbol in enumerate(VOCAB):
+        def stats(a, keys=tokens == token):
+            if keys.shape != (a.shape[0], a.shape[-1]):
+                raise ValueError(f"map {tuple(a.shape)} does not match tokens {tuple(tokens.shape)}")
+            entries = causal(a.shape[-1], a.device) & keys.to(a.device)[:, None, None, :]   # [n, 1, T, T]
+            return {"mean_by_key_token": (a.double() * entries).sum((0, 2, 3)) / entries.sum()}
+
+        parts.append(_frame(maps, name, stats).assign(key_token=symbol))
+    return pd.concat(parts, ignore_index=True)

@@ -1,0 +1,122 @@
+"""Building and listing the pretrained checkpoints of ``models.pretrained``.
+
+``build(name)`` runs the entry's recorded ``glitchlens train`` command in a temporary
+directory, evaluates the result, and writes the entry without its optimiser state (so each
+stays well under 2 MB), with the command, seed and accuracies in its metadata.
+
+Accuracy of a flip-flop entry: the first ``EVAL_SEQUENCES`` sequences of each canonical
+split (the whole ``iid`` split; a prefix of ``sparse`` and ``dense``, since the full sparse
+split would dominate the build time). Of the automaton entry: its state predictions on
+``EVAL_SEQUENCES`` fresh sequences of length 512 from ``AUTOMATON_EVAL_SEED``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import models
+from models.pretrained import PRETRAINED_DIR, RECIPES
+
+EVAL_SEQUENCES = 1000
+AUTOMATON_EVAL_SEED = 52001
+
+
+def recipe_args(name: str, steps: int | None = None) -> list[str]:
+    """The entry's ``glitchlens train`` arguments (without ``--out``), optionally with fewer steps."""
+    args = list(RECIPES[name].train_args)
+    if steps is not None:
+        args[args.index("--steps") + 1] = str(steps)
+    return args
+
+
+def automaton_accuracy(model: torch.nn.Module, n: int = EVAL_SEQUENCES, seq_len: int = 512) -> dict[str, Any]:
+    from interp.tasks import sample_automaton
+
+    inputs, states = sample_automaton(n, seq_len, 0.5, rng=AUTOMATON_EVAL_SEED)
+    correct = np.empty_like(states, dtype=bool)
+    with torch.no_grad():
+        for lo in range(0, n, 64):
+            x = torch.from_numpy(inputs[lo:lo + 64].astype(np.int64))
+            correct[lo:lo + 64] = model(x).argmax(-1).numpy() == states[lo:lo + 64]
+    return {"automaton": {"sequences": n, "position_accuracy": float(correct.mean()),
+                          "sequence_accuracy": float(correct.all(axis=1).mean())}}
+
+
+def flipflop_accuracy(model: torch.nn.Module, n: int = EVAL_SEQUENCES) -> dict[str, Any]:
+    from interp.evaluate import evaluate_splits
+
+    return {split: {"sequences": r.sequences, "read_accuracy": 1 - r.error_rate,
+                    "sequence_accuracy": r.sequence_accuracy}
+            for split, r in evaluate_splits(model, n=n).items()}
+
+
+def check_run_matches(run: Path, args: list[str]) -> None:
+    """Refuse a run whose model or (non-logging) training configuration differs from what
+    ``glitchlens train ARGS`` would train: training is deterministic, so a run that passes
+    is the checkpoint the command produces, bit for bit."""
+    from interp.cli import build_parser, train_configs
+
+    model_cfg, train_cfg = train_configs(build_parser().parse_args(["train", *args, "--out", str(run)]))
+    saved = models.read_config(run)
+    if saved["training"] is None or saved["training"]["step"] != train_cfg.steps:
+        raise ValueError(f"{run}: not a finished training run of {train_cfg.steps} steps")
+    saved_train = {k: v for k, v in saved["training"]["config"].items() if k not in train_cfg.LOGGING_FIELDS}
+    if saved["model"] != model_cfg.to_dict() or saved_train != train_cfg.semantic_dict():
+        raise ValueError(f"{run}: its configuration differs from `glitchlens train {shlex.join(args)}`")
+
+
+def build(name: str, steps: int | None = None, root: str | Path = PRETRAINED_DIR,
+          eval_sequences: int = EVAL_SEQUENCES, from_run: str | Path | None = None) -> Path:
+    """Train entry ``name`` with its recorded command, evaluate it and write ``root/name``.
+
+    ``steps`` shortens the run (tests use it to prove the command still works); an entry
+    built that way records the shortened command, never the recipe's. ``from_run`` adopts
+    a finished run of exactly the recipe's configuration instead of training again.
+    """
+    from interp.cli import main
+
+    if name not in RECIPES:
+        raise ValueError(f"unknown pretrained model {name!r}; available: {', '.join(RECIPES)}")
+    args = recipe_args(name, steps)
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / name
+        if from_run is not None:
+            run = Path(from_run)
+            check_run_matches(run, args)
+        else:
+            status = main(["train", *args, "--out", str(run)])
+            if status != 0:
+                raise RuntimeError(f"`glitchlens train {shlex.join(args)}` exited with status {status}")
+        model = models.load(run)
+        training = models.read_config(run)["training"]
+    automaton = training["config"]["task"] == "automaton"
+    accuracy = automaton_accuracy(model, eval_sequences) if automaton else flipflop_accuracy(model, eval_sequences)
+    metadata = {
+        "name": name,
+        "description": RECIPES[name].description,
+        "command": "glitchlens train " + shlex.join(args) + " --out DIR",
+        "seed": training["config"]["seed"],
+        "accuracy": accuracy,
+    }
+    return models.save(Path(root) / name, model, training=training, metadata=metadata)
+
+
+def listing(root: str | Path = PRETRAINED_DIR) -> list[dict[str, Any]]:
+    """One row per recipe: its name, whether it is built, size, and accuracies."""
+    rows = []
+    for name in RECIPES:
+        entry = Path(root) / name
+        row: dict[str, Any] = {"name": name, "description": RECIPES[name].description, "built": entry.exists()}
+        if entry.exists():
+            config = models.read_config(entry)
+            row.update(config["metadata"])
+            row["model"] = config["model"]["model"]
+            row["size_kb"] = sum(f.stat().st_size for f in entry.iterdir()) / 1024
+        rows.append(row)
+    return rows

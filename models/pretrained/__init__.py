@@ -1,0 +1,78 @@
+"""Small pretrained checkpoints shipped with GlitchLens, each loadable in well under a second.
+
+Every entry is an ordinary checkpoint directory next to this file (``config.json`` +
+``model.safetensors``, no optimiser state) whose ``metadata`` records the exact
+``glitchlens train`` command that produced it, its seed, and its accuracy on the canonical
+splits. ``RECIPES`` below is the single source of those commands: ``glitchlens pretrained
+build NAME`` runs the recipe and writes the entry (see ``interp.pretrained``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from models.checkpoint import CheckpointError, load, read_config
+
+PRETRAINED_DIR = Path(__file__).parent
+
+
+@dataclass(frozen=True)
+class Recipe:
+    description: str
+    train_args: tuple[str, ...]  # ``glitchlens train`` arguments, without --out
+
+    def command(self, out: str | os.PathLike) -> list[str]:
+        return ["train", *self.train_args, "--out", str(out)]
+
+
+def _flipflop(model: str, *extra: str) -> tuple[str, ...]:
+    return ("--model", model, "--preset", "mech", "--seq-len", "512", "--batch-size", "16", "--seed", "0",
+            "--quiet", *extra)
+
+
+RECIPES: dict[str, Recipe] = {
+    "tra-mech": Recipe("TRA, 2 layers x 1 head, d_model 128 (the TRA paper's App. A pair)",
+                       _flipflop("tra", "--steps", "1500", "--lr", "1e-3")),
+    "fot-mech": Recipe("FoT, 2 layers x 1 head, d_model 128 (the TRA paper's App. A pair)",
+                       _flipflop("fot", "--steps", "500", "--lr", "1e-3")),
+    "tda-mech": Recipe("TDA, 2 layers x 1 head, d_model 128",
+                       _flipflop("tda", "--steps", "500", "--lr", "1e-3")),
+    "cope-mech": Recipe("CoPE, 2 layers x 1 head, d_model 128",
+                        _flipflop("cope", "--steps", "500", "--lr", "1e-3")),
+    "diff-mech": Recipe("Differential attention with RoPE, 2 layers x 1 head, d_model 128",
+                        _flipflop("diff", "--steps", "500", "--lr", "1e-3")),
+    "rope-mech": Recipe("softmax attention with RoPE, 2 layers x 1 head, d_model 128",
+                        _flipflop("rope", "--steps", "500", "--lr", "1e-3")),
+    "automaton-1l": Recipe("softmax attention with RoPE, 1 layer x 1 head, d_model 128, on the flip-flop "
+                           "automaton simulation task (flip-flop paper Def. 1, p(bottom) = 0.5)",
+                           ("--model", "rope", "--preset", "mech", "--n-layers", "1", "--task", "automaton",
+                            "--p-bottom", "0.5", "--seq-len", "512", "--batch-size", "16", "--steps", "500",
+                            "--lr", "1e-3", "--seed", "0", "--quiet")),
+}
+
+
+def path(name: str) -> Path:
+    """The checkpoint directory of a pretrained entry (which may not be built yet)."""
+    if name not in RECIPES:
+        raise CheckpointError(f"unknown pretrained model {name!r}; available: {', '.join(RECIPES)}")
+    return PRETRAINED_DIR / name
+
+
+def info(name: str) -> dict[str, Any]:
+    """The entry's metadata: ``command``, ``seed``, ``accuracy`` per split, ``description``."""
+    entry = path(name)
+    if not entry.exists():
+        raise CheckpointError(f"pretrained model {name!r} is not built in {PRETRAINED_DIR}; "
+                              f"build it with `glitchlens pretrained build {name}`")
+    return read_config(entry)["metadata"]
+
+
+def load_pretrained(name: str, device: str | torch.device = "cpu") -> torch.nn.Module:
+    """A pretrained model by name (``tra-mech``, ``fot-mech``, ...), in eval mode, ready to hook."""
+    info(name)
+    return load(path(name), device=device)

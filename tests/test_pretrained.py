@@ -1,0 +1,71 @@
+"""The shipped pretrained checkpoints: present, small, loadable, and reproducible by their recorded commands."""
+
+import json
+
+import pytest
+
+import models
+from interp import pretrained
+from interp.cli import main
+from models.pretrained import PRETRAINED_DIR, RECIPES
+
+MAX_BYTES = 2 * 1024 * 1024
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_every_recipe_is_shipped_small_and_loadable(name):
+    entry = PRETRAINED_DIR / name
+    assert entry.is_dir(), f"{name} is not built: glitchlens pretrained build {name}"
+    assert sum(f.stat().st_size for f in entry.iterdir()) < MAX_BYTES
+    assert sorted(f.name for f in entry.iterdir()) == ["config.json", "model.safetensors"]
+    model = models.load_pretrained(name)
+    assert not model.training
+    meta = models.pretrained.info(name)
+    assert meta["command"] == "glitchlens train " + " ".join(RECIPES[name].train_args) + " --out DIR"
+    assert meta["seed"] == models.read_config(entry)["training"]["config"]["seed"]
+    assert meta["accuracy"]
+
+
+def test_retraining_a_recipe_for_a_few_steps_gives_the_shipped_configuration(tmp_path):
+    name = "fot-mech"
+    built = pretrained.build(name, steps=3, root=tmp_path, eval_sequences=4)
+    fresh, shipped = models.read_config(built), models.read_config(PRETRAINED_DIR / name)
+    assert fresh["model"] == shipped["model"]
+    fresh_training = {k: v for k, v in fresh["training"]["config"].items() if k != "steps"}
+    shipped_training = {k: v for k, v in shipped["training"]["config"].items() if k != "steps"}
+    assert fresh_training == shipped_training
+    assert fresh["training"]["config"]["steps"] == 3
+    assert "--steps 3" in fresh["metadata"]["command"]
+    assert set(fresh["metadata"]["accuracy"]) == {"iid", "sparse", "dense"}
+    models.load(built)
+
+
+def test_unknown_or_unbuilt_names_say_what_to_do(tmp_path, monkeypatch):
+    with pytest.raises(models.CheckpointError, match="available: tra-mech"):
+        models.load_pretrained("tra-huge")
+    monkeypatch.setattr(models.pretrained, "PRETRAINED_DIR", tmp_path)
+    with pytest.raises(models.CheckpointError, match="glitchlens pretrained build rope-mech"):
+        models.load_pretrained("rope-mech")
+
+
+def test_cli_lists_every_entry_with_its_accuracy(capsys):
+    assert main(["pretrained", "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    assert set(rows) == set(RECIPES)
+    assert all(row["built"] and row["accuracy"] for row in rows.values())
+    assert main(["pretrained"]) == 0
+    assert "tra-mech" in capsys.readouterr().out
+
+
+def test_adopting_a_run_checks_that_it_is_the_recipe(tmp_path):
+    args = pretrained.recipe_args("rope-mech", steps=2)
+    assert main(["train", *args, "--out", str(tmp_path / "run")]) == 0
+    built = pretrained.build("rope-mech", steps=2, root=tmp_path / "entries", eval_sequences=2,
+                             from_run=tmp_path / "run")
+    assert models.read_config(built)["model"] == models.read_config(tmp_path / "run")["model"]
+    other_seed = [*args[:args.index("--seed") + 1], "1", *args[args.index("--seed") + 2:]]
+    assert main(["train", *other_seed, "--out", str(tmp_path / "other")]) == 0
+    with pytest.raises(ValueError, match="differs"):
+        pretrained.build("rope-mech", steps=2, root=tmp_path / "entries", from_run=tmp_path / "other")
+    with pytest.raises(ValueError, match="not a finished training run of 500 steps"):
+        pretrained.build("rope-mech", root=tmp_path / "entries", from_run=tmp_path / "run")
