@@ -239,10 +239,14 @@ def heatmap_grid(panels: Mapping[str, torch.Tensor], tokens=None, *, labels: Seq
     if len(shapes) != 1:
         raise ValueError(f"the maps differ in shape: {sorted(shapes)}")
     axis = token_axis(shapes.pop()[-1], tokens, labels, wrong, window, stride, max_ticks)
+    return _render_grid(panels, axis, causal, signed, ncols, shared_scale, backend)
+
+
+def _render_grid(panels: Mapping[str, torch.Tensor], axis: TokenAxis, causal: bool, signed: bool | None,
+                 ncols: int | None, shared_scale: bool, backend: str):
     built = [_panel(title, m, axis, causal, signed) for title, m in panels.items()]
-    ncols = ncols or min(len(built), 4)
     render = _plotly_grid if backend == "plotly" else _matplotlib_grid
-    return render(built, axis, ncols, shared_scale)
+    return render(built, axis, ncols or min(len(built), 4), shared_scale)
 
 
 def heatmap(m, tokens=None, *, title: str = "", **options):
@@ -269,9 +273,7 @@ def automaton_heatmap_grid(panels: Mapping[str, torch.Tensor], inputs, *, wrong:
     index = {int(t): i for i, t in enumerate(axis.positions)}
     last_write = automaton_write_positions(inputs)
     axis.marks = [(i, index[int(last_write[t])], t in wrong) for t, i in index.items() if int(last_write[t]) in index]
-    built = [_panel(title, m, axis, True, None) for title, m in panels.items()]
-    render = _plotly_grid if backend == "plotly" else _matplotlib_grid
-    return render(built, axis, min(len(built), 4), False)
+    return _render_grid(panels, axis, True, None, None, False, backend)
 
 
 def layer_head_panels(maps: Maps, seq: int = 0, prefix: str = "") -> dict[str, torch.Tensor]:

@@ -82,8 +82,8 @@ def zero_rows(a: torch.Tensor) -> torch.Tensor:
     return ~((a != 0) & causal(a.shape[-1], a.device)).any(-1)
 
 
-def _frame(maps: Maps, name: str, stats: Callable[[torch.Tensor], dict[str, torch.Tensor]],
-           position: str | None = None) -> pd.DataFrame:
+def metric_frame(maps: Maps, name: str, stats: Callable[[torch.Tensor], dict[str, torch.Tensor]],
+                 position: str | None = None) -> pd.DataFrame:
     """Rows ``(layer, head[, position], metric, value, map, seq_len)`` from ``stats(a)``, which
     maps each metric to a ``[head]`` tensor, or ``[head, T]`` when ``position`` names the last axis."""
     parts = []
@@ -120,7 +120,7 @@ def sparsity(maps: Maps, name: str = "pattern") -> pd.DataFrame:
         mask = causal(a.shape[-1], a.device)
         return {"sparsity": ((a == 0) & mask).sum((0, 2, 3)) / (mask.sum() * a.shape[0])}
 
-    return _frame(maps, name, stats)
+    return metric_frame(maps, name, stats)
 
 
 def effective_entropy(a: torch.Tensor, eps: float = EPS) -> torch.Tensor:
@@ -157,7 +157,7 @@ def dispersion(maps: Maps, eps: float = EPS, name: str = "pattern") -> pd.DataFr
         log_S = torch.arange(1, a.shape[-1] + 1, device=a.device).double().log()
         return {"effective_entropy": mean_H, "dispersion_ratio": mean_H / log_S, "zero_rows": dead}
 
-    return _frame(maps, name, stats, position="query_pos")
+    return metric_frame(maps, name, stats, position="query_pos")
 
 
 def entropy_summary(maps: Maps, eps: float = EPS, name: str = "pattern") -> pd.DataFrame:
@@ -178,7 +178,7 @@ def entropy_summary(maps: Maps, eps: float = EPS, name: str = "pattern") -> pd.D
                 "zero_rows": dead.sum(-1),
                 "zero_row_fraction": dead.sum(-1) / n_rows}
 
-    return _frame(maps, name, stats)
+    return metric_frame(maps, name, stats)
 
 
 def _suffix_sum(x: torch.Tensor) -> torch.Tensor:
@@ -207,7 +207,7 @@ def sink_ratio(maps: Maps, key_pos: Iterable[int] | None = None, name: str = "pa
         S = torch.arange(1, T + 1, device=a.device).double()    # |S(i)|
         return {"key_mass": mass / _suffix_sum(live), "gsink_ratio": mass / _suffix_sum(live / S)}
 
-    frame = _frame(maps, name, stats, position="key_pos")
+    frame = metric_frame(maps, name, stats, position="key_pos")
     return frame if key_pos is None else frame[frame.key_pos.isin(list(key_pos))].reset_index(drop=True)
 
 
@@ -226,7 +226,7 @@ def sink_eps(sink_frame: pd.DataFrame, eps: float = 0.3) -> pd.DataFrame:
 def max_abs_weight(maps: Maps, name: str = "pattern") -> pd.DataFrame:
     """max_{b, i, j <= i} |A_bij| per layer and head (Fig. 1b); per layer: ``summarise(frame, how="max")``.
     Call once per map (pattern, view_1, view_2) and concatenate."""
-    return _frame(maps, name, lambda a: {"max_abs_weight": magnitudes(a).amax((0, 2, 3))})
+    return metric_frame(maps, name, lambda a: {"max_abs_weight": magnitudes(a).amax((0, 2, 3))})
 
 
 def survivor_counts(maps: Maps, name: str = "pattern") -> pd.DataFrame:
@@ -237,7 +237,7 @@ def survivor_counts(maps: Maps, name: str = "pattern") -> pd.DataFrame:
         alive = (a != 0) & causal(a.shape[-1], a.device)
         return {"survivors": alive.sum(-1).double().mean((0, 2))}
 
-    return _frame(maps, name, stats)
+    return metric_frame(maps, name, stats)
 
 
 def survivor_scaling(maps_per_length: Iterable[Maps], name: str = "pattern") -> pd.DataFrame:
@@ -275,7 +275,7 @@ def inhibition(maps: Maps, name: str = "pattern") -> pd.DataFrame:
                 "inhibitory_mass": mag.masked_fill(~negative, 0.0).sum((0, 2, 3)).double()
                 / mag.sum((0, 2, 3)).double()}
 
-    return _frame(maps, name, stats)
+    return metric_frame(maps, name, stats)
 
 
 def cross_view_correlation(view_1: Maps, view_2: Maps, name: str = "views") -> pd.DataFrame:

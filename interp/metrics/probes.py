@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp.metrics.attention import Maps, _frame, by_layer, causal
+from interp.metrics.attention import Maps, by_layer, metric_frame, causal
 from interp.tasks.automaton import BOTTOM
 from interp.tasks.flipflop import IGNORE, ONE, VOCAB, WRITE, ZERO, last_write_positions, read_mask
 
@@ -35,10 +35,17 @@ def read_table(tokens, predicted) -> pd.DataFrame:
     read), ``ignores_since`` (the ``i`` instructions since the last ``w`` or ``r``: the
     dependency length of the flip-flop paper's Fig. 12 right), ``n_writes`` (writes so far),
     ``true_bit``, ``pred_bit`` (-1 when the model predicted a non-bit token) and ``correct``.
+
+    ``tokens [n, T]`` are whole sequences (the answer after the last ``r`` included);
+    ``predicted [n, T - 1]`` is the model's argmax on ``tokens[:, :-1]`` (a ``[n, T]`` array
+    is accepted too; its last column is never a read).
     """
     tokens, predicted = _ids(tokens, "tokens"), _ids(predicted, "predicted")
+    if predicted.shape == (tokens.shape[0], tokens.shape[1] - 1):
+        predicted = np.pad(predicted, ((0, 0), (0, 1)), constant_values=-1)
     if tokens.shape != predicted.shape:
-        raise ValueError(f"tokens {tokens.shape} and predicted {predicted.shape} differ in shape")
+        raise ValueError(f"predicted {predicted.shape} must be [n, T - 1] for tokens {tokens.shape} "
+                         "(the model's argmax on tokens[:, :-1])")
     pos = np.arange(tokens.shape[1])
     instruction = pos % 2 == 0
     is_write = instruction & (tokens == WRITE)
@@ -180,5 +187,5 @@ def mean_by_key_token(maps: Maps, tokens, name: str = "pattern") -> pd.DataFrame
             entries = causal(a.shape[-1], a.device) & keys.to(a.device)[:, None, None, :]   # [n, 1, T, T]
             return {"mean_by_key_token": (a.double() * entries).sum((0, 2, 3)) / entries.sum()}
 
-        parts.append(_frame(maps, name, stats).assign(key_token=symbol))
+        parts.append(metric_frame(maps, name, stats).assign(key_token=symbol))
     return pd.concat(parts, ignore_index=True)
