@@ -55,10 +55,10 @@ RECIPES: dict[str, Recipe] = {
                         "seed 0)", _flipflop("diff")),
     "rope-mech": Recipe("softmax attention with RoPE, 2 layers x 1 head, d_model 128 (Table 1 cpu scale, seed 0)",
                         _flipflop("rope")),
-    "automaton-1l": Recipe("softmax attention with RoPE, 1 layer x 1 head, d_model 128, on the flip-flop "
-                           "automaton simulation task (flip-flop paper Def. 1, p(bottom) = 0.5)",
+    "automaton-1l": Recipe("softmax attention with RoPE, 1 layer x 1 head, d_model 128, trained at T = 128 on the "
+                           "flip-flop automaton simulation task (flip-flop paper Def. 1, p(bottom) = 0.5)",
                            ("--model", "rope", "--preset", "mech", "--n-layers", "1", "--task", "automaton",
-                            "--p-bottom", "0.5", "--seq-len", "512", "--batch-size", "16", "--steps", "500",
+                            "--p-bottom", "0.5", "--seq-len", "128", "--batch-size", "16", "--steps", "2000",
                             "--lr", "1e-3", "--seed", "0", "--quiet")),
 }
 
