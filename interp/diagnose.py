@@ -617,8 +617,9 @@ def metric_sections(metrics: dict, frame: pd.DataFrame, figures: Figures) -> lis
         Section(
             "Sparsity and surviving keys",
             "Sparsity: the fraction of causal entries (key j &le; query i) that are exactly 0 (TDA paper App. E.1), "
-            f"at T={T}: 0 for any softmax. Survivors: the mean number of non-zero keys per query. A dispersive "
-            "mechanism keeps every key, so its survivors grow like the dashed O(n) line; one that stays sparse at "
+            f"at T={T}. A softmax gives no exact zeros except where float32 underflows (weights below about "
+            "1e-45, e.g. behind a strong recency bias). Survivors: the mean number of non-zero keys per query. "
+            "A dispersive mechanism keeps every key, so its survivors grow like the dashed O(n) line; one that stays sparse at "
             "length grows far slower (TDA paper App. B.2, Fig. 4).",
             [figures(lambda b: plots.sparsity_chart(at_probe, backend=b), "sparsity.png"),
              figures(lambda b: plots.survivor_chart(survivors, backend=b), "survivors.png")]),

@@ -436,7 +436,7 @@ def last_write_drift_figure(load: Loader, lengths: Sequence[int]) -> PaperFigure
     caption = (
         f"Flip-flop paper Fig. 14, on the flip-flop language: one read whose only write is the first token, pushed "
         f"T - 2 tokens back by inserting ignore instructions (i0/i1, fixed bits) before it, T = {min(lengths)} to "
-        f"{max(lengths)} (trained at {CANONICAL_SEQ_LEN}). The weight each layer's head puts on the write (w and its "
+        f"{max(lengths)} (trained at T = {load(ROPE).cfg.n_ctx} and {load(TRA).cfg.n_ctx}). The weight each layer's head puts on the write (w and its "
         f"bit) at the read, for {ROPE} (softmax + RoPE) and {TRA}; 1 (dashed) is the ideal head. Final layer: {ends}.")
     return PaperFigure("09a_drift_last_write", caption,
                        lambda b: plots.chart(drift, "seq_len", "weight", series="model_layer",
@@ -451,19 +451,21 @@ def automaton_drift_figure(load: Loader, T: int, stride: int) -> PaperFigure:
     """Fig. 14b itself: automaton-1l's attention on :func:`automaton_drift_inputs` of length
     ``T``, one position in ``stride`` shown."""
     inputs = automaton_drift_inputs(T)
-    logits, maps = run_maps(load(AUTOMATON), inputs, ["pattern"], AUTOMATON)
+    model = load(AUTOMATON)
+    trained_length = model.cfg.n_ctx
+    logits, maps = run_maps(model, inputs, ["pattern"], AUTOMATON)
     wrong = np.flatnonzero(logits.argmax(-1).numpy()[0] != automaton_states(inputs)[0]).tolist()
     pattern = final_layer(maps["pattern"])
     probe = automaton_write_attention(pattern, inputs).assign(correct=lambda f: ~f.position.isin(wrong))
-    trained = probe.position < CANONICAL_SEQ_LEN
+    trained = probe.position < trained_length
     caption = (
-        f"Flip-flop paper Fig. 14b: {AUTOMATON} (trained at T = {CANONICAL_SEQ_LEN}) on sigma_0, "
+        f"Flip-flop paper Fig. 14b: {AUTOMATON} (trained at T = {trained_length}) on sigma_0, "
         f"bottom x {AUTOMATON_SECOND_WRITE - 1}, sigma_1, bottom x {T - AUTOMATON_SECOND_WRITE - 1} (T = {T}), one "
         f"position in {stride} shown, as in the paper (rows and columns). Every row from position "
         f"{AUTOMATON_SECOND_WRITE} on should put its weight on column {AUTOMATON_SECOND_WRITE}, the most recent write "
         "(outlined: cyan, or red where the state predicted is wrong). "
         f"The mean weight on the most recent write is {probe.weight[trained].mean():.2f} at positions below "
-        f"{CANONICAL_SEQ_LEN}" + (f" and {probe.weight[~trained].mean():.2f} beyond" if T > CANONICAL_SEQ_LEN else "")
+        f"{trained_length}" + (f" and {probe.weight[~trained].mean():.2f} beyond" if T > trained_length else "")
         + f"; {len(wrong)} wrong state predictions" + (f", the first at position {wrong[0]} (red)." if wrong else "."))
     return PaperFigure("09b_drift_automaton", caption,
                        lambda b: plots.automaton_heatmap_grid(plots.layer_head_panels(pattern), inputs[0], wrong=wrong,
