@@ -11,8 +11,9 @@ Scales (the same for every model: no model is tuned more than another):
 - ``paper``: the TRA paper's set-up, ``mini`` preset, lr 1e-4, batch 64, 25k steps (a GPU job).
 - ``cpu``: ``mech`` preset, lr 1e-3, batch 16, 500 steps, evaluated on the first 1000
   sequences of each split (all of ``iid``; the whole ``sparse`` split alone would take longer
-  than the training). One TRA ``mech`` step took 0.65-1.2 s on one core of the 2-core
-  development machine, so a run takes 5-10 minutes; the softmax baselines are faster.
+  than the training). A TRA or CoPE ``mech`` step takes about 0.8 s on one core of the 2-core
+  development machine (a 7-minute run; 2 s with the cores shared), the softmax baselines
+  about a quarter of that; the 36-run sweep with 3 seeds took about 2 h on the shared machine.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ def reproduce_table1(out: str | Path, scale: str | Scale = "cpu", seeds: int = 3
     # spawn, not fork: a forked child inherits the parent's OpenMP state, which can hang it
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         results = list(pool.map(run_one, *zip(*tasks)))
+    results.sort(key=lambda r: (models.index(r["model"]), r["seed"]))   # the table in the paper's model order
     table = summarise_runs(results)
     table.to_csv(out / "table1.csv", index=False)
     (out / "table1.md").write_text(markdown_table(table))
