@@ -79,11 +79,22 @@ def build(name: str, steps: int | None = None, root: str | Path = PRETRAINED_DIR
     built that way records the shortened command, never the recipe's. ``from_run`` adopts
     a finished run of exactly the recipe's configuration instead of training again.
     """
-    from interp.cli import main
-
     if name not in RECIPES:
         raise ValueError(f"unknown pretrained model {name!r}; available: {', '.join(RECIPES)}")
     args = recipe_args(name, steps)
+    # Every entry was trained with one thread; another thread count sums in another order and
+    # gives another checkpoint (and a one-head TRA may then not learn at all).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _build(name, args, Path(root), eval_sequences, from_run)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _build(name: str, args: list[str], root: Path, eval_sequences: int, from_run: str | Path | None) -> Path:
+    from interp.cli import main
+
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / name
         if from_run is not None:

@@ -28,7 +28,9 @@ RECIPES = {
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_tiny_model_learns_iid(name, tmp_path):
     recipe = RECIPES[name]
-    torch.set_num_threads(min(2, torch.get_num_threads()))
+    # The recipes were measured with one thread: other thread counts sum in another order, and
+    # whether a one-head TRA learns hangs on its first steps.
+    torch.set_num_threads(1)
     model = train(ModelConfig.from_preset(name, "tiny", n_ctx=recipe["seq_len"]),
                   TrainConfig(lr=1e-3, batch_size=16, eval_n=50, **recipe), tmp_path / name, progress=False)
     log = (tmp_path / name / "log.jsonl").read_text().splitlines()
