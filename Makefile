@@ -6,6 +6,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
 DEMO ?= runs/demo
+TEST_WORKERS ?= 2
 
 .PHONY: setup demo test
 setup: $(VENV)/.installed
@@ -23,4 +24,4 @@ demo: setup
 	$(BIN)/glitchlens diagnose $(DEMO)/fot-tiny --out $(DEMO)/fot-tiny/report
 
 test: setup
-	$(BIN)/python -m pytest -ra
+	$(BIN)/python -m pytest -ra -n $(TEST_WORKERS) --dist worksteal

@@ -51,10 +51,13 @@ def bench_data(repeats: int = 3) -> list[dict]:
 
 
 def bench_models(repeats: int = 3, preset: str = "mini", seq_len: int = 512, batch_size: int = 8) -> list[dict]:
-    """Training-step time (forward + backward + AdamW) of every mechanism, relative to softmax + RoPE."""
-    from interp.train import TrainConfig, make_optimizer
+    """Training-step time (forward + backward + AdamW) of every mechanism, relative to softmax + RoPE,
+    each with its default ``attention_impl`` (on the CPU: ``kernels.rows``) and glibc keeping
+    freed blocks (:func:`interp.train.reuse_freed_memory`), as ``glitchlens train`` runs them."""
+    from interp.train import TrainConfig, make_optimizer, reuse_freed_memory
     from models import MODEL_NAMES, ModelConfig, build_model
 
+    reuse_freed_memory()
     torch.manual_seed(0)
     tokens = torch.randint(0, 5, (batch_size, seq_len))
     rows = []
@@ -162,7 +165,8 @@ def run(what: str, args) -> int:
         _print_rows(bench_data(args.repeats), "canonical splits: vectorised vs per-sequence Python generator")
     elif what == "models":
         _print_rows(bench_models(args.repeats),
-                    f"training step, mini preset, T=512, batch 8, {torch.get_num_threads()} threads")
+                    f"training step, mini preset, T=512, batch 8, CPU, {torch.get_num_threads()} threads "
+                    "(attention_impl auto: kernels.rows)")
     elif what == "kernels":
         from kernels.bench import bench_kernels
 

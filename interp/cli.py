@@ -9,8 +9,8 @@ from pathlib import Path
 
 
 def _model_overrides(args) -> dict:
-    overrides = {k: getattr(args, k) for k in ("n_layers", "n_heads", "d_model", "d_mlp", "dropout", "n_ctx")
-                 if getattr(args, k) is not None}
+    overrides = {k: getattr(args, k) for k in ("n_layers", "n_heads", "d_model", "d_mlp", "dropout", "n_ctx",
+                                               "attention_impl") if getattr(args, k) is not None}
     options = {}
     for item in args.attn_opt or []:
         key, sep, raw = item.partition("=")
@@ -181,6 +181,7 @@ def cmd_bench(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from models import MODEL_NAMES, PRESETS
+    from models.config import ATTENTION_IMPLS
 
     parser = argparse.ArgumentParser(prog="glitchlens", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -223,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dropout", type=float, default=None)
     p.add_argument("--attn-opt", action="append", metavar="KEY=VALUE",
                    help="attention option, e.g. --attn-opt qk_norm=false (repeatable)")
+    p.add_argument("--attention-impl", choices=ATTENTION_IMPLS, default=None,
+                   help="default auto: the Triton kernels on CUDA, kernels.rows on the CPU")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("eval", help="glitch rates and sequence accuracy of a checkpoint")
@@ -288,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv
     from models import CheckpointError
     from interp.tasks import FlipFlopFormatError
+    from interp.train import reuse_freed_memory
+
+    reuse_freed_memory()
 
     try:
         return args.func(args)

@@ -5,6 +5,8 @@ imports neither ``models`` nor ``interp``.
 
 Inputs are ``[batch, pos, head, d_head]`` with any strides; CUDA tensors, or CPU tensors
 under ``TRITON_INTERPRET=1``. ``kernels.bench`` times them against PyTorch and SDPA.
+``kernels.rows`` is the CPU path (plain PyTorch, blocks of query rows, hand-written backward)
+for the same mechanisms and CoPE.
 """
 
 from kernels.forgetting import forgetting_attention

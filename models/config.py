@@ -29,7 +29,7 @@ MODEL_FAMILIES: dict[str, tuple[str | None, str, dict[str, Any]]] = {
     "lstm": (None, "none", {}),
 }
 
-ATTENTION_IMPLS = ("auto", "reference", "triton")
+ATTENTION_IMPLS = ("auto", "reference", "rows", "triton")
 
 PRESETS: dict[str, dict[str, int]] = {
     "mini": {"n_layers": 4, "n_heads": 4, "d_model": 256},  # the TRA paper's set-up
@@ -58,7 +58,7 @@ class ModelConfig:
     attention: str | None = None
     pos_embed: str = "none"
     attention_options: dict[str, Any] = field(default_factory=dict)
-    attention_impl: str = "auto"  # "auto" | "reference" | "triton" (see models.attention.base)
+    attention_impl: str = "auto"  # "auto" | "reference" | "rows" | "triton" (see Attention.fast_path)
 
     def __post_init__(self):
         if self.model not in MODEL_FAMILIES:

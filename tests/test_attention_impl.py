@@ -51,11 +51,17 @@ def test_cache_switches_to_reference_and_says_so(name):
 def test_impl_choices(monkeypatch):
     cfg = ModelConfig.from_preset("tra", "tiny", n_ctx=32)
     attn = build_model(cfg).blocks[0].attn
-    assert not attn.use_kernel(torch.device("cpu")), "auto uses the reference on the CPU"
+    assert attn.fast_path(torch.device("cpu")) == "rows", "auto runs kernels.rows on the CPU"
+    assert attn.fast_path(torch.device("cuda")) == "triton", "auto runs the Triton kernels on CUDA"
+    for impl, expected in [("reference", None), ("rows", "rows")]:
+        impl_cfg = ModelConfig.from_dict({**cfg.to_dict(), "attention_impl": impl})
+        assert build_model(impl_cfg).blocks[0].attn.fast_path(torch.device("cpu")) == expected
+    cope_cfg = ModelConfig.from_preset("cope", "tiny", n_ctx=32, attention_impl="triton")
+    assert build_model(cope_cfg).blocks[0].attn.fast_path(torch.device("cpu")) is None, "CoPE has no Triton kernel"
     triton_cfg = ModelConfig.from_dict({**cfg.to_dict(), "attention_impl": "triton"})
     monkeypatch.delenv("TRITON_INTERPRET")
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
-        build_model(triton_cfg).blocks[0].attn.use_kernel(torch.device("cpu"))
+        build_model(triton_cfg).blocks[0].attn.fast_path(torch.device("cpu"))
     with pytest.raises(ValueError, match="attention_impl"):
         ModelConfig(model="tra", attention_impl="cuda")
 

@@ -144,28 +144,38 @@ class Attention(nn.Module):
         return [name for name, h in self.named_children()
                 if isinstance(h, HookPoint) and name not in self.OUTER_HOOKS and h.has_hooks()]
 
-    def use_kernel(self, device: torch.device) -> bool:
-        """Whether :meth:`attend` runs the fused Triton kernel rather than the reference.
+    # The implementations a mechanism has besides its reference (see fast_path).
+    FAST_PATHS: tuple[str, ...] = ()
 
-        ``cfg.attention_impl``: ``"reference"`` never; ``"auto"`` on CUDA; ``"triton"``
-        always (CUDA, or CPU tensors under ``TRITON_INTERPRET=1``). A kernel never
-        materialises the ``[query, key]`` matrices, so while any hook inside the attention
-        core is active (pattern, scores, M, D-bar, views, ...) the reference runs instead,
-        and a warning says so once, rather than a hook seeing something else under its name.
+    def fast_path(self, device: torch.device) -> str | None:
+        """Which implementation :meth:`attend` runs: ``"triton"`` (the fused kernel in
+        ``kernels``), ``"rows"`` (``kernels.rows``, blocks of query rows, the CPU path) or
+        None (the PyTorch reference).
+
+        ``cfg.attention_impl``: ``"reference"`` always None; ``"auto"`` ``"triton"`` on CUDA
+        and ``"rows"`` elsewhere; ``"rows"`` or ``"triton"`` that one (``"triton"`` on the
+        CPU needs ``TRITON_INTERPRET=1``). A mechanism without the chosen path runs its
+        reference. Neither path keeps the ``[query, key]`` matrices a hook inside the
+        attention core must see, so while any such hook (pattern, scores, M, D-bar, views,
+        ...) is active the reference runs instead; when the path was named explicitly a
+        warning says so, rather than a hook seeing something else under its name.
         """
         impl = self.cfg.attention_impl
-        if impl == "reference" or (impl == "auto" and device.type != "cuda"):
-            return False
+        if impl == "auto":
+            impl = "triton" if device.type == "cuda" else "rows"
+        if impl not in self.FAST_PATHS:
+            return None
         if impl == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             raise RuntimeError("attention_impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run "
                                "the kernels on the CPU through Triton's interpreter")
         inner = self.active_inner_hooks()
         if inner:
-            warnings.warn(f"hooks on {self.registry_name} internals ({', '.join(inner)}) need the full "
-                          "[query, key] matrices: those layers run the PyTorch reference, not the Triton kernel",
-                          stacklevel=2)
-            return False
-        return True
+            if self.cfg.attention_impl != "auto":
+                warnings.warn(f"hooks on {self.registry_name} internals ({', '.join(inner)}) need the full "
+                              f"[query, key] matrices: those layers run the PyTorch reference, not {impl!r}",
+                              stacklevel=2)
+            return None
+        return impl
 
     @staticmethod
     def apply_pattern(pattern: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -48,6 +48,7 @@ class CoPEAttention(Attention):
     """
 
     Options = CoPEOptions
+    FAST_PATHS = ("rows",)
 
     def __init__(self, cfg, layer: int):
         super().__init__(cfg, layer)
@@ -73,6 +74,10 @@ class CoPEAttention(Attention):
         return z_int.gather(-1, p_ceil.long()) * w + z_int.gather(-1, p_floor.long()) * (1 - w)  # eq. 8
 
     def attend(self, q, k, v, x):
+        if not self.options.sep_keys and self.fast_path(q.device) == "rows":
+            from kernels.rows import cope_rows
+
+            return cope_rows(q, k, v, self.pos_emb)
         mask = causal_mask(q.shape[1], k.shape[1], q.device)
         S = self.hook_attn_scores(self.qk_logits(q, k))
         if self.options.sep_keys:

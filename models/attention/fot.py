@@ -76,6 +76,7 @@ class FoTAttention(ForgetGated):
     """
 
     Options = FoTOptions
+    FAST_PATHS = ("rows", "triton")
 
     def __init__(self, cfg, layer: int):
         super().__init__(cfg, layer)
@@ -85,30 +86,16 @@ class FoTAttention(ForgetGated):
         if self.options.rope:
             q, k = apply_rope(q), apply_rope(k)
         log_f = self.log_forget(x)
-        if self.use_kernel(v.device):
+        path = self.fast_path(v.device)
+        if path == "triton":
             from kernels import forgetting_attention
 
             return forgetting_attention(q, k, v, log_f)
-        if self.active_inner_hooks():
-            return self.reference(q, k, v, log_f)
-        return self.fused(q, k, v, log_f)
+        if path == "rows":
+            from kernels.rows import forgetting_rows
 
-    def fused(self, q, k, v, log_f):
-        """:meth:`reference`'s ``z`` through PyTorch's fused causal attention, for when no
-        hook needs the pattern. Softmax is shift-invariant along a row, so the ``c_i`` of
-        ``D_ij = c_i - c_j`` drops out and ``-c_j`` becomes one more key feature, paired
-        with a constant query feature of 1: ``[q / sqrt(d), 1] . [k, -c_j] = S_ij - c_j``.
-        Gradients reach ``log f`` through ``c``; the result equals the reference to float32
-        rounding."""
-        c = upcast(log_f).cumsum(-1).transpose(1, 2)[..., None]  # [batch, pos, head, 1]
-        q_aug = torch.cat([upcast(q) / math.sqrt(self.d_head), torch.ones_like(c)], dim=-1)
-        k_aug = torch.cat([upcast(k), -c], dim=-1)
-        # V gets a zero column too: the fused kernels want one head dim for q, k and v.
-        v_aug = torch.cat([upcast(v), torch.zeros_like(c)], dim=-1)
-        with torch.autocast(q.device.type, enabled=False):
-            z = F.scaled_dot_product_attention(q_aug.transpose(1, 2), k_aug.transpose(1, 2),
-                                               v_aug.transpose(1, 2), is_causal=True, scale=1.0)
-        return z.transpose(1, 2)[..., :-1].to(v.dtype)
+            return forgetting_rows(q, k, v, log_f)
+        return self.reference(q, k, v, log_f)
 
     def reference(self, q, k, v, log_f):
         """``q, k, v [batch, pos, head, d_head]`` and ``log_f [batch, head, pos]`` (float32)

@@ -67,6 +67,7 @@ class ThresholdAttention(Attention):
     hooks), ``hook_view_1`` (the rectified view ``[batch, head, query_pos, key_pos]``)."""
 
     Options = ThresholdOptions
+    FAST_PATHS = ("rows", "triton")
 
     def __init__(self, cfg, layer: int):
         super().__init__(cfg, layer)
@@ -111,7 +112,13 @@ class ThresholdAttention(Attention):
 
     def attend(self, q, k, v, x):
         views = [self.unit(t) for t in self.view_inputs(q, k, x)]
-        z = self.kernel(*views, v) if self.use_kernel(v.device) else self.reference(*views, v)
+        path = self.fast_path(v.device)
+        if path == "triton":
+            z = self.kernel(*views, v)
+        elif path == "rows":
+            z = self.rows(*views, v)
+        else:
+            z = self.reference(*views, v)
         return rms_normalise(z, OUTPUT_NORM_EPS)
 
 
@@ -132,6 +139,12 @@ class TRelAAttention(ThresholdAttention):
         from kernels import threshold_attention
 
         return threshold_attention(q, k, v, self.beta, self.options.kappa, self.options.p)
+
+    def rows(self, q, k, v) -> torch.Tensor:
+        """:meth:`reference`'s ``z`` from ``kernels.rows`` (the CPU path)."""
+        from kernels.rows import threshold_rows
+
+        return threshold_rows(self.threshold(q.shape[0], q.shape[1], q.device), v, q, k, p=self.options.p)
 
 
 @register("tda")
@@ -178,3 +191,10 @@ class TDAAttention(ThresholdAttention):
 
         return differential_threshold_attention(q1, k1, q2, k2, v, self.beta, torch.sigmoid(self.lambda_logit),
                                                 self.options.kappa, self.options.p)
+
+    def rows(self, q1, k1, q2, k2, v) -> torch.Tensor:
+        """:meth:`reference`'s ``z`` from ``kernels.rows`` (the CPU path)."""
+        from kernels.rows import threshold_rows
+
+        tau = self.threshold(q1.shape[0], q1.shape[1], q1.device)
+        return threshold_rows(tau, v, q1, k1, q2, k2, lam=torch.sigmoid(self.lambda_logit), p=self.options.p)

@@ -66,6 +66,7 @@ class TRAAttention(ForgetGated):
     """
 
     Options = TRAOptions
+    FAST_PATHS = ("rows", "triton")
 
     def __init__(self, cfg, layer: int):
         super().__init__(cfg, layer)
@@ -81,10 +82,15 @@ class TRAAttention(ForgetGated):
         if self.options.rope:
             q, k = apply_rope(q), apply_rope(k)
         log_delta = self.log_forget(x)  # eq. 8, as log delta
-        if self.use_kernel(v.device):
+        path = self.fast_path(v.device)
+        if path == "triton":
             from kernels import tra_attention
 
             return tra_attention(q, k, v, log_delta)
+        if path == "rows":
+            from kernels.rows import tra_rows
+
+            return tra_rows(q, k, v, log_delta)
         return self.reference(q, k, v, log_delta)
 
     def reference(self, q, k, v, log_delta):
