@@ -83,7 +83,8 @@ class ForgettingRule:
 
     @staticmethod
     def backward(dL, saved, rows, inputs, grads):
-        grads[0][:, rows] += dL.sum(-1)
+        # c_i reaches every logit of row i alike, and a softmax row's logit gradients sum to 0,
+        # so only the -c_j of the keys passes a gradient
         grads[0][:, :rows.stop] -= dL.sum(-2)
         return dL
 
