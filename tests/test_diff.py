@@ -88,3 +88,29 @@ def test_lambda_gets_gradient():
     attn = model.blocks[0].attn
     for w in (attn.lambda_q1, attn.lambda_k1, attn.lambda_q2, attn.lambda_k2):
         assert w.grad is not None and w.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("rope", [True, False])
+def test_inference_through_sdpa_equals_the_maps(rope, monkeypatch):
+    """Without gradients the two views run through SDPA (``A1 V - lambda A2 V``), and give the
+    model the explicit maps give; with gradients, a hook inside the core, or
+    ``attention_impl="reference"``, the maps are computed."""
+    model = diff_model(n_layers=2, rope=rope).eval()
+    x = tokens()
+    with torch.no_grad():
+        explicit = model.run_with_hooks(x, fwd_hooks=[("blocks.0.attn.hook_pattern", lambda t, hook: t),
+                                                      ("blocks.1.attn.hook_pattern", lambda t, hook: t)])
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *args, **kwargs: calls.append(1) or sdpa(*args, **kwargs))
+    with torch.no_grad():
+        fast = model(x)
+    assert len(calls) == 4, "two views in each of the two layers"
+    torch.testing.assert_close(fast, explicit, rtol=1e-5, atol=1e-5)
+    model(x)
+    assert len(calls) == 4, "a forward that wants gradients computed the maps"
+    model.cfg.attention_impl = "reference"
+    with torch.no_grad():
+        model(x)
+    assert len(calls) == 4, "attention_impl='reference' ran SDPA"

@@ -16,6 +16,10 @@ also works for ``n_heads = 1`` (the ``tiny`` and ``mech`` presets) and keeps eve
 in the shapes the rest of the toolkit expects. ``d_head`` must be divisible by 4 (RoPE
 rotates each view's ``d_head / 2`` dimensions in pairs).
 
+In evaluation (no gradient wanted, no hook inside the attention core) each view runs through
+``scaled_dot_product_attention`` and the two outputs are subtracted, ``A^(1) V - lambda A^(2) V``
+(:meth:`DiffAttention.runs_sdpa`); training and every hooked run compute the maps explicitly.
+
 Compared with the official ``MultiheadDiffAttn`` (``Diff-Transformer/multihead_diffattn.py`` of
 github.com/microsoft/unilm), which we follow in: the head split above, the view scale
 ``head_dim^-0.5`` (our ``1/sqrt(d_head / 2)``), ``lambda = exp(lq1 . lk1) - exp(lq2 . lk2) +
@@ -48,6 +52,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
@@ -103,24 +108,51 @@ class DiffAttention(Attention):
         """View 1's columns of ``W_Q`` and ``W_K``: ``hook_attn_scores`` is view 1's S."""
         return self.W_Q[..., :self.d_view], self.W_K[..., :self.d_view]
 
+    def rotate(self, t: torch.Tensor) -> torch.Tensor:
+        """One view's q or k ``[batch, pos, head, d_view]``, RoPE'd when the option is on."""
+        return apply_rope(t) if self.options.rope else t
+
     def view_scores(self, q, k) -> torch.Tensor:
         """One view's S = q k^T / sqrt(d_view), ``[batch, head, query_pos, key_pos]``, float32."""
-        if self.options.rope:
-            q, k = apply_rope(q), apply_rope(k)
-        return upcast(torch.einsum("bqhd,bkhd->bhqk", q, k)) / math.sqrt(self.d_view)
+        return upcast(torch.einsum("bqhd,bkhd->bhqk", self.rotate(q), self.rotate(k))) / math.sqrt(self.d_view)
+
+    def lam(self, batch: int) -> torch.Tensor:
+        """lambda ``[batch, head]`` (eq. 2), one value per layer."""
+        lam = (torch.exp(self.lambda_q1 @ self.lambda_k1) - torch.exp(self.lambda_q2 @ self.lambda_k2)
+               + self.lambda_init)
+        return self.hook_lambda(lam.expand(batch, self.n_heads))
+
+    def runs_sdpa(self, q, k, v) -> bool:
+        """Whether :meth:`attend` takes its fast path: inference (no gradient wanted), no hook
+        inside the attention core, no attention dropout, ``attention_impl`` not ``"reference"``.
+        Training keeps the reference, on which the Table 1 runs were trained: another path's
+        backward changes the float rounding, and whether a small model learns can hang on it."""
+        wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        return (self.cfg.attention_impl != "reference" and not self.active_inner_hooks()
+                and not self.drops_logits() and not wants_grad)
+
+    def view_output(self, q, k, v) -> torch.Tensor:
+        """One view's ``softmax(S) V`` ``[batch, pos, head, d_head]`` in float32, through
+        ``scaled_dot_product_attention`` (causal, scale 1/sqrt(d_view)): no ``[query, key]``
+        tensor is kept. By linearity, ``(A^(1) - lambda A^(2)) V = A^(1) V - lambda A^(2) V``."""
+        q, k, v = (upcast(t).transpose(1, 2) for t in (self.rotate(q), self.rotate(k), v))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
 
     def attend(self, q, k, v, x):
         q1, q2 = q.chunk(2, dim=-1)
         k1, k2 = k.chunk(2, dim=-1)
-        mask = causal_mask(q.shape[1], k.shape[1], q.device)
-        S1 = self.hook_attn_scores(self.hook_scores_1(self.view_scores(q1, k1)))
-        S2 = self.hook_scores_2(self.view_scores(q2, k2))
-        logits_1 = self.hook_attn_logits(self.drop_logits(S1).masked_fill(~mask, MASK_FILL))
-        A1 = self.hook_view_1(torch.softmax(logits_1, dim=-1))  # Ye et al. eq. 1
-        A2 = self.hook_view_2(torch.softmax(self.drop_logits(S2).masked_fill(~mask, MASK_FILL), dim=-1))
-        lam = (torch.exp(self.lambda_q1 @ self.lambda_k1) - torch.exp(self.lambda_q2 @ self.lambda_k2)
-               + self.lambda_init)  # eq. 2
-        lam = self.hook_lambda(lam.expand(q.shape[0], self.n_heads))
-        A = self.hook_pattern(A1 - lam[..., None, None] * A2)  # eq. 1
+        if self.runs_sdpa(q, k, v):
+            lam = self.lam(q.shape[0])[:, None, :, None]  # eq. 2, [batch, 1, head, 1] to scale z
+            z = (self.view_output(q1, k1, v) - lam * self.view_output(q2, k2, v)).to(v.dtype)  # eq. 1
+        else:
+            mask = causal_mask(q.shape[1], k.shape[1], q.device)
+            S1 = self.hook_attn_scores(self.hook_scores_1(self.view_scores(q1, k1)))
+            S2 = self.hook_scores_2(self.view_scores(q2, k2))
+            logits_1 = self.hook_attn_logits(self.drop_logits(S1).masked_fill(~mask, MASK_FILL))
+            A1 = self.hook_view_1(torch.softmax(logits_1, dim=-1))  # Ye et al. eq. 1
+            A2 = self.hook_view_2(torch.softmax(self.drop_logits(S2).masked_fill(~mask, MASK_FILL), dim=-1))
+            lam = self.lam(q.shape[0])  # eq. 2
+            A = self.hook_pattern(A1 - lam[..., None, None] * A2)  # eq. 1
+            z = self.apply_pattern(A, v)
         # eq. 3: the fixed (1 - lambda_init) factor aligns gradient scale with a softmax Transformer
-        return rms_normalise(self.apply_pattern(A, v), OUTPUT_NORM_EPS) * (1 - self.lambda_init)
+        return rms_normalise(z, OUTPUT_NORM_EPS) * (1 - self.lambda_init)
