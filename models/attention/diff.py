@@ -134,9 +134,13 @@ class DiffAttention(Attention):
     def view_output(self, q, k, v) -> torch.Tensor:
         """One view's ``softmax(S) V`` ``[batch, pos, head, d_head]`` in float32, through
         ``scaled_dot_product_attention`` (causal, scale 1/sqrt(d_view)): no ``[query, key]``
-        tensor is kept. By linearity, ``(A^(1) - lambda A^(2)) V = A^(1) V - lambda A^(2) V``."""
-        q, k, v = (upcast(t).transpose(1, 2) for t in (self.rotate(q), self.rotate(k), v))
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+        tensor is kept. By linearity, ``(A^(1) - lambda A^(2)) V = A^(1) V - lambda A^(2) V``.
+        q and k are zero-padded to v's width, which leaves S unchanged: PyTorch's fused CPU
+        kernel needs one head size for all three (otherwise it falls back to the explicit maps)."""
+        width = v.shape[-1] - q.shape[-1]
+        q, k = (F.pad(self.rotate(t), (0, width)) for t in (q, k))
+        q, k, v = (upcast(t).transpose(1, 2) for t in (q, k, v))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.d_view ** -0.5).transpose(1, 2)
 
     def attend(self, q, k, v, x):
         q1, q2 = q.chunk(2, dim=-1)
