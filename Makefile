@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
 DEMO ?= runs/demo
 TEST_WORKERS ?= 2
-# The GPU steps (README "On a GPU"): each call ends within CALL_S seconds plus one unit of work
+# The GPU steps (docs/cpu-path-and-kernels.md "On a GPU"): each call ends within CALL_S seconds plus one unit of work
 # (a benchmark pair, a training step) and a save, and the same command resumes where it stopped.
 CALL_S ?= 480
 GPU_RUNS ?= runs/gpu

@@ -478,7 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", choices=["cpu", "learning", "paper"], default="cpu",
                    help="cpu: tiny models with 4 heads and the cpu-learning-authors recipe, 1000 steps at lr 1e-3, "
                         "batch 16, T = 512; learning: tiny models with 4 heads (recipe cpu-learning), 1000 steps at "
-                        "T = 128 (README \"Learning on CPU\"); paper: the TRA paper's mini models, 25k steps at "
+                        "T = 128 (docs/learning-notes.md \"Learning on CPU\"); paper: the TRA paper's mini models, 25k steps at "
                         "lr 1e-4, batch 64 (a GPU's work)")
     p.add_argument("--models", default=None, help="comma-separated models (default: the 12 of Table 1)")
     p.add_argument("--recipes", default="llama,authors",
@@ -516,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("bench", "benchmarks that print ratios measured side by side")
     p.add_argument("what", choices=["data", "models", "diagnose", "kernels", "tiles", "eval"],
-                   help="what to time (README \"Benchmarks\")")
+                   help="what to time (docs/cpu-path-and-kernels.md \"Benchmarks\")")
     p.add_argument("checkpoint", nargs="?", help="bench tiles: a trained checkpoint directory")
     p.add_argument("--repeats", type=positive_int, default=3, help="timed runs of each measurement; the best counts")
     p.add_argument("--out", default=None, metavar="CSV",

@@ -34,14 +34,15 @@ Choices:
 - Heatmaps of a 512-token sequence show ``WINDOW_TOKENS`` tokens: the window (among the first
   ``N_CANDIDATES`` iid sequences) that shows the most reads together with their last write
   (:func:`read_rich_window`).
-- Metrics at one length use ``N_SEQUENCES`` sequences of T = 512, the training length; the
+- Metrics at one length use ``N_SEQUENCES`` sequences of T = 512, the training length of the
+  Table 1 specimens (the App. A pair, tra-mech and fot-mech, was trained at T = 128); the
   sweeps over ``LENGTHS`` use ``N_SWEEP_SEQUENCES`` per length (a map at T = 2048 is 16 MB).
 - Fig. 14's own probe is the automaton: ``09b`` runs automaton-1l on the paper's input (two
-  early writes, then bottoms to 4x the training length); ``09a`` carries it to the flip-flop
-  language for rope-mech and tra-mech, as one read pushed back by inserted ignores, and
-  follows the write's bit wherever each model moved it (the bit-carrier probe): tra-mech's
-  final layer reads the bit two tokens after the write, where its layer 0 copied it, and puts
-  almost nothing on the write itself.
+  early writes, then bottoms), here to T = 2048, 16x automaton-1l's training length of 128;
+  ``09a`` carries it to the flip-flop language for rope-mech (trained at T = 512) and tra-mech
+  (trained at T = 128), as one read pushed back by inserted ignores, and follows the write's bit
+  wherever each model moved it (the bit-carrier probe): tra-mech's final layer reads the bit two
+  tokens after the write, where its layer 0 copied it, and puts almost nothing on the write itself.
 - Surviving keys: the non-zero entries of TDA's ``hook_pattern`` (the differential weights
   applied to V, as ``glitchlens diagnose`` counts them) and of TRA's ``hook_mask`` (M, the
   keys its threshold keeps; its softmax could underflow some of them to 0).

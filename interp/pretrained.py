@@ -136,5 +136,5 @@ def specimens_table1(root: str | Path = PRETRAINED_DIR) -> str:
                            for split, r in row["accuracy"].items()}}
                for row in listing(root) if row["built"] and RECIPES[row["name"]].gpu]
     if not results:
-        return "no GPU specimen is built yet: make gpu-specimen NAME=tra (README \"On a GPU\")\n"
+        return "no GPU specimen is built yet: make gpu-specimen NAME=tra (docs/cpu-path-and-kernels.md \"On a GPU\")\n"
     return markdown_table(summarise_runs(results))

@@ -34,7 +34,7 @@ one pass over the 1.6M fixed sequences of ``synthseq/flipflop`` (we draw fresh F
 sequences per step from the same distribution), its six-token vocabulary (a padding token
 that never occurs adds one logit to the loss's normaliser) and TF32 matrix products
 (``set_float32_matmul_precision("high")`` with ``torch.compile``; only on GPUs that have
-TF32). README "Training recipes" lists every difference.
+TF32). docs/learning-notes.md "Training recipes" lists every difference.
 """
 
 from __future__ import annotations
@@ -56,14 +56,14 @@ class Recipe:
     attention_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-# The recipe of README "Learning on CPU": 4 heads (d_head 16 at `tiny`) instead of the
+# The recipe of docs/learning-notes.md "Learning on CPU": 4 heads (d_head 16 at `tiny`) instead of the
 # presets' one, since with one head learning at `tiny` size depends on the seed. trela and
 # TDA start from beta_init = 0 (tau = 0 until beta grows): at the paper's beta = 1 almost
 # every row of these cosine-score models is empty at initialisation and passes no gradient.
 CPU_LEARNING = Recipe(model={"n_heads": 4},
                       attention_options={"trela": {"beta_init": 0.0}, "tda": {"beta_init": 0.0}})
 # The same with the authors' block, init and optimiser: on the two seeds where cpu-learning
-# failed (TRA seed 0, CoPE seed 1) it learned (README "Learning on CPU").
+# failed (TRA seed 0, CoPE seed 1) it learned (docs/learning-notes.md "Learning on CPU").
 CPU_LEARNING_AUTHORS = Recipe(model={**CPU_LEARNING.model, **AUTHORS_BLOCK, **AUTHORS_INIT},
                               training=AUTHORS_OPTIMISER, attention_options=CPU_LEARNING.attention_options)
 # Everything of the notebook the options express: ``authors`` plus its dropout and its decay of

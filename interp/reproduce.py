@@ -17,8 +17,8 @@ Scales (the same for every model: no model is tuned more than another):
   eval RUN --splits sparse`` completes it). A TRA or TDA step takes about 0.4-0.6 s on one core
   of the 2-core development machine (7-10 minutes a run), the softmax baselines about half.
 - ``learning``: ``tiny`` with 4 heads (recipe ``cpu-learning``, or any other with ``reproduce
-  recipes``) at T = 128 (README "Learning on CPU"): did a mechanism learn the task at all, apart
-  from carrying it to longer sequences.
+  recipes``) at T = 128 (docs/learning-notes.md "Learning on CPU"): did a mechanism learn the task
+  at all, apart from carrying it to longer sequences.
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ INIT_SCHEMES = ("scaled", "torch")
 
 PRESETS: dict[str, dict[str, int]] = {
     "mini": {"n_layers": 4, "n_heads": 4, "d_model": 256},  # the TRA paper's set-up
-    "mech": {"n_layers": 2, "n_heads": 1, "d_model": 128},  # the TRA paper's App. A pair
-    "tiny": {"n_layers": 2, "n_heads": 1, "d_model": 64},   # tests and quick CPU runs
+    "mech": {"n_layers": 2, "n_heads": 1, "d_model": 128},  # the App. A pair's layout (2 x 1), d_model 128
+    "tiny": {"n_layers": 2, "n_heads": 1, "d_model": 64},   # tests, quick CPU runs, every -mech specimen
 }
 
 

@@ -203,7 +203,7 @@ def test_bad_input_is_refused_in_words():
 
 def test_glitch_pairs_find_the_edit_that_tra_mech_reads_right():
     """Sequence 25 of ``dense``: ``w0`` at 18, seven ``r0``, then ``i1`` and a read at 36 that
-    ``tra-mech`` answers 1 (README "TRA beside FoT": its glitches)."""
+    ``tra-mech`` answers 1 (docs/results.md "TRA beside FoT": its glitches)."""
     model = load_pretrained("tra-mech")
     tokens = load_split("dense", 26)[:, :-1]
     pairs = circuits.glitch_pairs(model, tokens, pd.DataFrame({"seq": [25], "position": [36]}))

@@ -1,11 +1,12 @@
 """Short CPU training runs that must learn flip-flop (slow; `.ci/run` runs them).
 
-Every mechanism trains with the one recipe of README "Learning on CPU", the ``learning``
-scale of ``glitchlens reproduce`` (``tiny`` preset with 4 heads, the ``cpu-learning``
-recipe, fresh FFL(0.8) at T = 128, clean loss, lr 1e-3, batch 16, 1000 steps), one torch
-thread, on the first seed that learned in the committed sweep (runs/learning: TRA did not on
-seed 0, the others did; the README gives every seed). The check is on held-out FFL(0.8) sequences of the training length: learning the
-task, apart from extrapolating it (the canonical splits are T = 512; the README reports both).
+Every mechanism trains with the one recipe of docs/learning-notes.md "Learning on CPU", the
+``learning`` scale of ``glitchlens reproduce`` (``tiny`` preset with 4 heads, the
+``cpu-learning`` recipe, fresh FFL(0.8) at T = 128, clean loss, lr 1e-3, batch 16, 1000 steps),
+one torch thread, on the first seed that learned in the committed sweep (runs/learning: TRA did
+not on seed 0, the others did; that section gives every seed). The check is on held-out FFL(0.8)
+sequences of the training length: learning the task, apart from extrapolating it (the canonical
+splits are T = 512; that section reports both).
 """
 
 import dataclasses

@@ -47,14 +47,15 @@ def _flipflop(model: str) -> tuple[str, ...]:
 # The App. A pair was trained on the PyTorch reference, before kernels.rows existed. The two
 # compute the same up to float rounding, but whether a one-head model learns hangs on its first
 # steps, so its recipes name the reference to rebuild the entries bit for bit (at one torch
-# thread, README "Determinism").
+# thread, docs/guide.md "Determinism").
 ON_THE_REFERENCE = ("--attention-impl", "reference")
 
 
 def _app_a_pair(model: str) -> tuple[str, ...]:
     """The App. A pair: 2 layers x 1 head, d_model 64, trained at T = 128. One-head TRA learns or
-    not depending on its initialisation (README: seed 1 learned; seeds 0, 2, 3 did not, nor did
-    seed 0 at d_model 128), so both members use the seed on which TRA learned."""
+    not depending on its initialisation (docs/learning-notes.md "Earlier measurements, before this
+    recipe": seed 1 learned; seeds 0, 2, 3 did not, nor did seed 0 at d_model 128), so both members
+    use the seed on which TRA learned."""
     return ("--model", model, "--preset", "tiny", "--seq-len", "128", "--batch-size", "16", "--steps", "1000",
             "--lr", "1e-3", "--seed", "1", *ON_THE_REFERENCE, "--quiet")
 
@@ -102,7 +103,8 @@ def recipe(name: str) -> Recipe:
 
 
 def build_command(name: str) -> str:
-    """The command that builds entry ``name``: the GPU specimens have their own (README "On a GPU")."""
+    """The command that builds entry ``name``: the GPU specimens have their own
+    (docs/cpu-path-and-kernels.md "On a GPU")."""
     return f"make gpu-specimen NAME={name}" if recipe(name).gpu else f"glitchlens pretrained build {name}"
 
 
