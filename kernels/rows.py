@@ -116,12 +116,12 @@ class CoPERule:
     BATCHED = (True, False)
 
     @staticmethod
-    def logits(S, rows, q, pos_emb):
+    def logits(S, rows, q, pos_emb, for_backward=True):
         g = torch.sigmoid(S)                                                   # eq. 3
         diagonal, future = future_keys(g, rows)
         diagonal.masked_fill_(future, 0.0)
         p = suffix_sum(g)                                                      # eq. 4
-        clamped = p > pos_emb.shape[0] - 1
+        clamped = p > pos_emb.shape[0] - 1 if for_backward else None
         p.clamp_(max=pos_emb.shape[0] - 1)
         lo = p.floor()
         # Only the embeddings up to the block's largest position are read: z_int[p] and the
@@ -134,7 +134,15 @@ class CoPERule:
         z_step = z_steps.gather(-1, lo)
         logits = S.add_(z_int.gather(-1, lo)).addcmul_(w, z_step)             # eq. 8-9
         logits[..., rows.start:].masked_fill_(future, MASK_FILL)
+        if not for_backward:
+            return logits, None, None
         return logits, None, (g, w, lo, n_emb, z_step.masked_fill_(clamped, 0.0))
+
+    @staticmethod
+    def inference_logits(S, rows, q, pos_emb):
+        """:meth:`logits` without what only the backward reads (which keys were clamped)."""
+        logits, empty_rows, _ = CoPERule.logits(S, rows, q, pos_emb, for_backward=False)
+        return logits, empty_rows
 
     @staticmethod
     def backward(dL, saved, rows, inputs, grads):
