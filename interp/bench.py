@@ -215,6 +215,19 @@ def matmul_rate(m: int, k: int, n: int, repeats: int = 3) -> float:
 
 
 @torch.no_grad()
+def attention_rate(n_heads: int, d_head: int, n_pos: int = 511, batch: int = 8, repeats: int = 3) -> float:
+    """Useful GFLOP/s (q k^T and A V, causally) of PyTorch's fused causal softmax attention
+    (``scaled_dot_product_attention``, float32) at a model's head shape: what the best attention
+    kernel PyTorch ships does at that shape, the yardstick for the attention paths."""
+    import torch.nn.functional as F
+
+    q, k, v = (torch.randn(batch, n_heads, n_pos, d_head) for _ in range(3))
+    F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    seconds = _best_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), repeats)
+    return batch * n_heads * n_pos * (n_pos + 1) // 2 * 2 * 2 * d_head / seconds / 1e9
+
+
+@torch.no_grad()
 def legacy_predict_reads(model, tokens: np.ndarray, batch_size: int = 64) -> np.ndarray:
     """The evaluation loop before issue 11, the baseline of :func:`bench_eval`: full-length
     batches of 64 under ``no_grad``, the model's own attention implementation, the default
@@ -231,7 +244,7 @@ def legacy_predict_reads(model, tokens: np.ndarray, batch_size: int = 64) -> np.
     return np.concatenate(out)
 
 
-EVAL_MODELS = ("tra-mech", "fot-mech", "cope-mech", "tda-mech", "diff-mech", "rope-mech")
+EVAL_MODELS = ("tra-mech", "fot-mech", "cope-mech", "tda-mech", "trela-mech", "diff-mech", "rope-mech")
 
 
 def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: int = 1024,
@@ -240,22 +253,27 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
     useful GFLOP/s (:func:`eval_flops`) against float32 matmuls at torch's thread count: a
     2048 x 2048 square one, measured right before each model's runs (on a shared machine the
     cores' share drifts), is its roofline; one at the model's MLP shape ``[32768, d_model] x
-    [d_model, d_mlp]`` is printed once. With ``baseline`` also the loop it replaced
+    [d_model, d_mlp]`` and PyTorch's fused causal attention at its head shape
+    (:func:`attention_rate`) are printed once each. With ``baseline`` also the loop it replaced
     (:func:`legacy_predict_reads`), whose predictions must be the same."""
     import models
     from interp.evaluate import predict_reads, scored_lengths
     from interp.tasks import load_split, read_mask
 
     tokens = load_split(split, n)
-    shapes = {}
+    rates = {}  # the reference rates, measured once per shape
     rows = []
     for name in names:
         model = models.load_pretrained(name)
         cfg = model.cfg
         mask = read_mask(tokens[:, :-1])
         flops = eval_flops(cfg, scored_lengths(model, tokens[:, :-1], mask), int(mask.sum()))
-        if (cfg.d_model, cfg.d_mlp) not in shapes:
-            shapes[cfg.d_model, cfg.d_mlp] = matmul_rate(32768, cfg.d_model, cfg.d_mlp, repeats)
+        mlp = f"matmul [32768,{cfg.d_model}]x[{cfg.d_model},{cfg.d_mlp}]"
+        if mlp not in rates:
+            rates[mlp] = matmul_rate(32768, cfg.d_model, cfg.d_mlp, repeats)
+        attention = f"causal SDPA [8,{cfg.n_heads},511,{cfg.d_head}]"
+        if cfg.attention is not None and attention not in rates:
+            rates[attention] = attention_rate(cfg.n_heads, cfg.d_head, repeats=repeats)
         predictions = predict_reads(model, tokens).predicted
         square = matmul_rate(2048, 2048, 2048, repeats)
         now, before = [], []
@@ -266,7 +284,7 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
         seconds = min(now)
         row = {"model": name, "d_model": cfg.d_model, "eval_s": seconds, "GFLOP/s": flops / seconds / 1e9,
                "square_GFLOP/s": square, "of_roofline": flops / seconds / 1e9 / square,
-               "of_mlp_matmul": flops / seconds / 1e9 / shapes[cfg.d_model, cfg.d_mlp],
+               "of_mlp_matmul": flops / seconds / 1e9 / rates[mlp],
                "s_per_1e5": seconds * 1e5 / n}
         if baseline:
             same = bool((legacy_predict_reads(model, tokens) == predictions).all())
@@ -274,7 +292,7 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
             row.update({"before_s": legacy, "before_GFLOP/s": flops / legacy / 1e9, "speedup": legacy / seconds,
                         "same_predictions": "yes" if same else "NO"})
         rows.append(row)
-    return rows, {f"[32768,{k}]x[{k},{m}]": r for (k, m), r in shapes.items()}
+    return rows, rates
 
 
 def _print_rows(rows: list[dict], title: str) -> None:
@@ -315,9 +333,9 @@ def run(what: str, args) -> int:
         _print_rows(bench_tiles(args.checkpoint), f"all-zero key tiles of {args.checkpoint}, 8 iid sequences, T=512")
     elif what == "eval":
         names = tuple(args.models.split(",")) if args.models else EVAL_MODELS
-        rows, matmuls = bench_eval(names, n=args.n, repeats=args.repeats, baseline=not args.no_baseline)
+        rows, rates = bench_eval(names, n=args.n, repeats=args.repeats, baseline=not args.no_baseline)
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-        print("float32 matmul at the MLP shapes, GFLOP/s: " + ", ".join(f"{k} {v:.1f}" for k, v in matmuls.items()))
+        print("float32 at the models' shapes, GFLOP/s: " + ", ".join(f"{k} {v:.1f}" for k, v in rates.items()))
         _print_rows(rows, f"glitchlens eval, first {args.n} sparse sequences, useful (causal) FLOPs, roofline = "
                           f"2048^2 matmul before each model, {torch.get_num_threads()} threads, load average {load}")
     elif what == "diagnose":
