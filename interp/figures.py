@@ -255,7 +255,8 @@ def figure_tda_inhibition(load: Loader) -> list[PaperFigure]:
                f"{shown_text}. Inhibition (negative) is blue, excitation (positive) red, exact zeros "
                "black; writes orange, reads blue on the axes.")
     return [PaperFigure("03_tda_inhibition", caption,
-                        lambda b: plots.heatmap_grid(panels, tokens[0], window=window, signed=True, ncols=3, backend=b),
+                        lambda b: plots.heatmap_grid(panels, tokens[0], window=window, signed=True, shared_scale=True,
+                                                     ncols=3, backend=b),
                         data.assign(shown=shown))]
 
 
@@ -481,8 +482,7 @@ def automaton_drift_figure(load: Loader, T: int, stride: int) -> PaperFigure:
         + f"; {len(wrong)} wrong state predictions" + (f", the first at position {wrong[0]} (red)." if wrong else "."))
     return PaperFigure("09b_drift_automaton", caption,
                        lambda b: plots.automaton_heatmap_grid(plots.layer_head_panels(pattern), inputs[0], wrong=wrong,
-                                                              stride=stride, max_ticks=max(1, T // stride // 2),
-                                                              backend=b),
+                                                              stride=stride, backend=b),
                        probe)
 
 
@@ -508,7 +508,8 @@ def figure_cope_gates(load: Loader) -> list[PaperFigure]:
                f"{shown_text}. A gate near 1 counts the key as one position. The key token with the "
                f"highest mean gate, per layer and head (all means in the CSV): {most}.")
     return [PaperFigure("10_cope_gates_positions", caption,
-                        lambda b: plots.heatmap_grid(panels, tokens[0], window=window, ncols=2, backend=b), data)]
+                        lambda b: plots.heatmap_grid(panels, tokens[0], window=window, ncols=2, shared_scale="columns",
+                                                     backend=b), data)]
 
 
 TABLE1_COLUMNS = ("model", "split", "seeds", "accuracy_mean", "accuracy_std", "paper_accuracy_mean",

@@ -48,6 +48,14 @@ WRONG_COLOR, IDEAL_COLOR = "#e31a1c", "#00e5ff"
 SEQUENTIAL = ("YlOrRd", plotly.colors.sequential.YlOrRd)
 DIVERGING = ("RdBu_r", plotly.colors.diverging.RdBu[::-1])
 HOVER = "query %{y}<br>key %{x}<br>value %{z:.4g}<extra></extra>"
+# Heatmap sizing, in screen pixels (matplotlib draws the same layout at 100 px to the inch):
+# a panel grows with the tokens shown so that a cell stays visible and hoverable, up to what
+# fits on a screen; tick labels are then thinned to what its side can hold without overlap.
+CELL_PX = 6
+PANEL_PX = (400, 900)
+TICK_FONT_PX = 9
+TICK_SPACING_PX = 10
+MPL_PX_PER_INCH, MPL_PT_PER_PX = 100, 0.72
 
 
 @dataclass
@@ -62,13 +70,19 @@ class TokenAxis:
     marks: list[tuple[int, int, bool]]   # (query index, key index, wrong) of each read's ideal cell
 
 
+def panel_px(n_shown: int) -> int:
+    """The side in pixels of a heatmap panel showing ``n_shown`` tokens."""
+    return int(np.clip(n_shown * CELL_PX, *PANEL_PX))
+
+
 def token_axis(n: int, tokens=None, labels: Sequence[str] | None = None, wrong: Iterable[int] = (),
-               window: tuple[int, int] | None = None, stride: int = 1, max_ticks: int = 64) -> TokenAxis:
+               window: tuple[int, int] | None = None, stride: int = 1, max_ticks: int | None = None) -> TokenAxis:
     """Label the positions ``window[0]:window[1]:stride`` of an ``n``-token sequence.
 
     ``tokens``: the flip-flop token ids of the sequence (pair labels, roles, read marks);
     otherwise ``labels`` (one string per token) or the bare positions. ``wrong``: token
-    positions of wrong reads. Tick labels are thinned to at most ``max_ticks``.
+    positions of wrong reads. Tick labels are thinned to what a panel of :func:`panel_px`
+    holds, and to at most ``max_ticks``.
     """
     start, stop = window if window is not None else (0, n)
     if not 0 <= start < stop <= n or stride < 1:
@@ -93,7 +107,8 @@ def token_axis(n: int, tokens=None, labels: Sequence[str] | None = None, wrong: 
     color = [WRONG_COLOR if t in wrong else c for t, c in enumerate(color)]
     positions = np.arange(start, stop, stride)
     ticks = [i for i, t in enumerate(positions) if labelled[t]] or list(range(len(positions)))
-    step = math.ceil(len(ticks) / max_ticks)
+    fitting = panel_px(len(positions)) // TICK_SPACING_PX
+    step = math.ceil(len(ticks) / max(1, min(fitting, max_ticks or fitting)))
     ticks = ticks[::step]
     # Thinned ticks skip tokens, so each says where it stands.
     tick_text = [text[t] if step == 1 or text[t] == str(t) else f"{t}:{text[t]}" for t in positions[ticks]]
@@ -132,37 +147,98 @@ def _panel(title: str, m, axis: TokenAxis, causal: bool, signed: bool | None) ->
     return Panel(title, np.where(hidden | zero, np.nan, sub), zero, hidden, signed)
 
 
-def _limits(panels: list[Panel], shared: bool) -> list[tuple[float, float]]:
-    """Colour range per panel: [0, max] for non-negative maps, [-max|.|, max|.|] (centred at 0) for signed ones."""
-    tops = []
-    for panel in panels:
-        finite = np.abs(panel.values[np.isfinite(panel.values)])
-        tops.append(float(finite.max()) if finite.size and finite.max() > 0 else 1.0)
-    if shared:
-        tops = [max(tops)] * len(tops)
-    return [(-top, top) if panel.signed else (0.0, top) for panel, top in zip(panels, tops)]
+@dataclass
+class ColourScale:
+    """One colour range and one colour bar for the panels drawn on it: [0, max] for non-negative
+    maps, [-max|.|, max|.|] (centred at 0) once any of them is signed."""
+
+    panels: list[int]
+    lo: float
+    hi: float
+    signed: bool
+
+    @property
+    def colours(self) -> tuple[str, list]:
+        return DIVERGING if self.signed else SEQUENTIAL
 
 
-def _plotly_grid(panels: list[Panel], axis: TokenAxis, ncols: int, shared: bool) -> go.Figure:
+def colour_scales(panels: list[Panel], ncols: int, shared: bool | str) -> list[ColourScale]:
+    """The colour scales of a grid, row-major: one per panel (``shared=False``), one for all
+    (``True``), one per row (``"rows"``: a side-by-side comparison) or per column (``"columns"``:
+    one kind of map per column)."""
+    if shared not in (False, True, "rows", "columns"):
+        raise ValueError(f"shared_scale must be False, True, 'rows' or 'columns', got {shared!r}")
+    n = len(panels)
+    groups = {False: [[i] for i in range(n)], True: [list(range(n))],
+              "rows": [list(range(i, min(i + ncols, n))) for i in range(0, n, ncols)],
+              "columns": [list(range(c, n, ncols)) for c in range(min(ncols, n))]}
+    scales = []
+    for group in groups[shared]:
+        finite = np.abs(np.concatenate([panels[i].values[np.isfinite(panels[i].values)] for i in group]))
+        top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+        signed = any(panels[i].signed for i in group)
+        scales.append(ColourScale(group, -top if signed else 0.0, top, signed))
+    return scales
+
+
+@dataclass
+class GridSize:
+    """Pixel layout of a grid of square :func:`panel_px` heatmap panels (plotly draws it in
+    pixels, matplotlib at ``MPL_PX_PER_INCH``): room between columns for the tick labels, and
+    for a colour bar where each panel or column has its own."""
+
+    side: int
+    width: int
+    height: int
+    gap_x: int
+    gap_y: int
+    margin: dict
+
+    @classmethod
+    def of(cls, n_panels: int, ncols: int, n_shown: int, shared: bool | str) -> GridSize:
+        nrows = math.ceil(n_panels / ncols)
+        side, gap_x, gap_y = panel_px(n_shown), 140 if shared in (False, "columns") else 80, 100
+        margin = dict(l=70, r=110, t=50, b=70)
+        return cls(side, margin["l"] + margin["r"] + ncols * side + (ncols - 1) * gap_x,
+                   margin["t"] + margin["b"] + nrows * side + (nrows - 1) * gap_y, gap_x, gap_y, margin)
+
+    @property
+    def plot_width(self) -> int:
+        return self.width - self.margin["l"] - self.margin["r"]
+
+    @property
+    def plot_height(self) -> int:
+        return self.height - self.margin["t"] - self.margin["b"]
+
+
+def _plotly_grid(panels: list[Panel], axis: TokenAxis, ncols: int, shared: bool | str) -> go.Figure:
     nrows = math.ceil(len(panels) / ncols)
+    n_shown = len(axis.positions)
+    size = GridSize.of(len(panels), ncols, n_shown, shared)
     fig = make_subplots(nrows, ncols, subplot_titles=[p.title for p in panels],
-                        horizontal_spacing=0.6 / (ncols + 4), vertical_spacing=0.25 / nrows)
-    ticks = dict(type="category", tickmode="array", showgrid=False, tickfont=dict(size=_font_size(len(axis.ticks))),
+                        horizontal_spacing=size.gap_x / size.plot_width, vertical_spacing=size.gap_y / size.plot_height)
+    ticks = dict(type="category", tickmode="array", showgrid=False, tickfont=dict(size=TICK_FONT_PX),
                  tickvals=[axis.names[i] for i in axis.ticks],
                  ticktext=[f'<span style="color:{c}">{t}</span>' for t, c in zip(axis.tick_text, axis.tick_color)])
-    n_shown = len(axis.positions)
-    cell = 400 / n_shown
-    for n, (panel, (lo, hi)) in enumerate(zip(panels, _limits(panels, shared))):
-        row, col = n // ncols + 1, n % ncols + 1
-        domain = fig.get_subplot(row, col)
-        x1, (y0, y1) = domain.xaxis.domain[1], domain.yaxis.domain
+    cell = size.side / n_shown
+    domains = [fig.get_subplot(n // ncols + 1, n % ncols + 1) for n in range(len(panels))]
+    colorbars, scale_of = {}, {}
+    for scale in colour_scales(panels, ncols, shared):
+        # The scale's one colour bar: right of its panels, from their top, as tall as one of them
+        # (one bar down a tall column would put most of its ticks off screen).
+        x1 = max(domains[i].xaxis.domain[1] for i in scale.panels)
+        top = max(domains[i].yaxis.domain[1] for i in scale.panels)
+        colorbars[scale.panels[-1]] = dict(x=x1 + 8 / size.plot_width, xanchor="left", y=top, yanchor="top",
+                                           len=size.side / size.plot_height, thickness=10)
+        scale_of |= dict.fromkeys(scale.panels, scale)
+    for n, panel in enumerate(panels):
+        row, col, scale = n // ncols + 1, n % ncols + 1, scale_of[n]
         grid = dict(x=axis.names, y=axis.names, hoverongaps=False, hovertemplate=HOVER)
         fig.add_trace(go.Heatmap(z=np.where(panel.zero, 0.0, np.nan), colorscale=[[0, ZERO_COLOR], [1, ZERO_COLOR]],
                                  showscale=False, name="exact zero", **grid), row, col)
-        fig.add_trace(go.Heatmap(z=panel.values, colorscale=(DIVERGING if panel.signed else SEQUENTIAL)[1],
-                                 zmin=lo, zmax=hi, name=panel.title, showscale=not shared or n == 0,
-                                 colorbar=dict(x=x1 + 0.005, xanchor="left", y=(y0 + y1) / 2, len=y1 - y0,
-                                               thickness=10), **grid), row, col)
+        fig.add_trace(go.Heatmap(z=panel.values, colorscale=scale.colours[1], zmin=scale.lo, zmax=scale.hi,
+                                 name=panel.title, showscale=n in colorbars, colorbar=colorbars.get(n), **grid),
+                      row, col)
         if axis.marks:
             q, k, bad = zip(*axis.marks)
             fig.add_trace(go.Scatter(
@@ -174,8 +250,8 @@ def _plotly_grid(panels: list[Panel], axis: TokenAxis, ncols: int, shared: bool)
         # Fixed ranges: markers would otherwise pad the autorange with an empty band.
         fig.update_xaxes(title_text="key", range=[-0.5, n_shown - 0.5], row=row, col=col, **ticks)
         fig.update_yaxes(title_text="query", range=[n_shown - 0.5, -0.5], row=row, col=col, **ticks)
-    fig.update_layout(width=140 + 470 * ncols, height=100 + 440 * nrows, plot_bgcolor=HIDDEN_COLOR,
-                      showlegend=False, margin=dict(l=60, r=60, t=60, b=60))
+    fig.update_layout(width=size.width, height=size.height, plot_bgcolor=HIDDEN_COLOR, showlegend=False,
+                      margin=size.margin)
     return fig
 
 
@@ -184,36 +260,34 @@ def _check_backend(backend: str) -> None:
         raise ValueError(f"backend must be 'plotly' or 'matplotlib', got {backend!r}")
 
 
-def _font_size(n_ticks: int) -> float:
-    return float(np.clip(360 / max(n_ticks, 1), 5, 10))
-
-
-def _matplotlib_grid(panels: list[Panel], axis: TokenAxis, ncols: int, shared: bool) -> Figure:
+def _matplotlib_grid(panels: list[Panel], axis: TokenAxis, ncols: int, shared: bool | str) -> Figure:
     nrows = math.ceil(len(panels) / ncols)
-    fig = Figure(figsize=(4.8 * ncols, 4.4 * nrows), layout="constrained")
+    size = GridSize.of(len(panels), ncols, len(axis.positions), shared)
+    fig = Figure(figsize=(size.width / MPL_PX_PER_INCH, size.height / MPL_PX_PER_INCH), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-    size = float(np.clip(230 / len(axis.positions), 2, 12)) ** 2
-    for n, (ax, panel, (lo, hi)) in enumerate(zip(axes, panels, _limits(panels, shared))):
-        cmap = matplotlib.colormaps[(DIVERGING if panel.signed else SEQUENTIAL)[0]]
-        norm = Normalize(lo, hi)
-        rgba = cmap(norm(np.nan_to_num(panel.values)))
-        rgba[panel.zero] = to_rgba(ZERO_COLOR)
-        rgba[panel.hidden] = to_rgba(HIDDEN_COLOR)
-        ax.imshow(rgba, interpolation="nearest")
-        if not shared or n == 0:
-            fig.colorbar(ScalarMappable(norm, cmap), ax=axes[:len(panels)] if shared else ax, shrink=0.85)
+    font = TICK_FONT_PX * MPL_PT_PER_PX
+    mark_area = min(12.0, MPL_PT_PER_PX * size.side / len(axis.positions)) ** 2
+    for scale in colour_scales(panels, ncols, shared):
+        cmap, norm = matplotlib.colormaps[scale.colours[0]], Normalize(scale.lo, scale.hi)
+        fig.colorbar(ScalarMappable(norm, cmap), ax=[axes[i] for i in scale.panels], shrink=0.85)
+        for n in scale.panels:
+            panel, ax = panels[n], axes[n]
+            rgba = cmap(norm(np.nan_to_num(panel.values)))
+            rgba[panel.zero] = to_rgba(ZERO_COLOR)
+            rgba[panel.hidden] = to_rgba(HIDDEN_COLOR)
+            ax.imshow(rgba, interpolation="nearest")
+    for ax, panel in zip(axes, panels):
         ax.set_title(panel.title)
         ax.set_xlabel("key")
         ax.set_ylabel("query")
-        font = _font_size(len(axis.ticks)) * 0.8
         ax.set_xticks(axis.ticks, axis.tick_text, rotation=90, fontsize=font, fontfamily="monospace")
         ax.set_yticks(axis.ticks, axis.tick_text, fontsize=font, fontfamily="monospace")
         for label, color in [*zip(ax.get_xticklabels(), axis.tick_color), *zip(ax.get_yticklabels(), axis.tick_color)]:
             label.set_color(color)
         if axis.marks:
             q, k, bad = zip(*axis.marks)
-            ax.scatter(k, q, s=size, marker="s", facecolors="none", linewidths=1.2,
+            ax.scatter(k, q, s=mark_area, marker="s", facecolors="none", linewidths=1.2,
                        edgecolors=[WRONG_COLOR if b else IDEAL_COLOR for b in bad])
     for ax in axes[len(panels):]:
         ax.set_axis_off()
@@ -222,15 +296,18 @@ def _matplotlib_grid(panels: list[Panel], axis: TokenAxis, ncols: int, shared: b
 
 def heatmap_grid(panels: Mapping[str, torch.Tensor], tokens=None, *, labels: Sequence[str] | None = None,
                  wrong: Iterable[int] = (), window: tuple[int, int] | None = None, stride: int = 1,
-                 causal: bool = True, signed: bool | None = None, shared_scale: bool = False,
-                 ncols: int | None = None, max_ticks: int = 64, backend: str = "plotly"):
+                 causal: bool = True, signed: bool | None = None, shared_scale: bool | str = False,
+                 ncols: int | None = None, max_ticks: int | None = None, backend: str = "plotly"):
     """A grid of ``[query_pos, key_pos]`` maps of one sequence, ``{title: map}``, row-major.
 
     ``tokens``/``labels``/``wrong``/``window``/``stride``/``max_ticks``: see :func:`token_axis`
     (a window keeps long sequences readable: ``window=(448, 512)`` or ``stride=8``).
     ``causal``: grey out j > i (False for maps defined everywhere). ``signed``: force the
     diverging scale (default: when the shown entries have a negative value). ``shared_scale``:
-    one colour range for all panels (for maps of one kind, e.g. all heads' patterns).
+    one colour range and colour bar for all panels (``True``: maps of one kind, e.g. all heads'
+    patterns), per row (``"rows"``: panels compared side by side) or per column (``"columns"``:
+    one kind of map per column); a shared range is diverging when any of its panels is signed.
+    Each panel is :func:`panel_px` pixels square.
     """
     _check_backend(backend)
     if not panels:
@@ -243,7 +320,7 @@ def heatmap_grid(panels: Mapping[str, torch.Tensor], tokens=None, *, labels: Seq
 
 
 def _render_grid(panels: Mapping[str, torch.Tensor], axis: TokenAxis, causal: bool, signed: bool | None,
-                 ncols: int | None, shared_scale: bool, backend: str):
+                 ncols: int | None, shared_scale: bool | str, backend: str):
     built = [_panel(title, m, axis, causal, signed) for title, m in panels.items()]
     render = _plotly_grid if backend == "plotly" else _matplotlib_grid
     return render(built, axis, ncols or min(len(built), 4), shared_scale)
@@ -256,13 +333,14 @@ def heatmap(m, tokens=None, *, title: str = "", **options):
 
 
 def automaton_heatmap_grid(panels: Mapping[str, torch.Tensor], inputs, *, wrong: Iterable[int] = (),
-                           window: tuple[int, int] | None = None, stride: int = 1, max_ticks: int = 64,
+                           window: tuple[int, int] | None = None, stride: int = 1, max_ticks: int | None = None,
                            backend: str = "plotly"):
     """:func:`heatmap_grid` for one flip-flop automaton input sequence ``[T]`` (sigma_0 / sigma_1 /
     bottom = 0 / 1 / 2; flip-flop paper Fig. 5, 14, 16): axes labelled ``0`` / ``1`` (the writes,
     orange / blue) and ``_`` (bottom); every position is a prediction, so each one's ideal cell
     (query = the position, key = its most recent write, Fig. 5c) is outlined in cyan, or red
-    where ``wrong`` says the prediction there is wrong (its labels are red too)."""
+    where ``wrong`` says the prediction there is wrong (its labels are red too). All panels
+    share one colour scale."""
     _check_backend(backend)
     inputs = np.asarray(torch.as_tensor(inputs).cpu()).astype(np.int64)
     axis = token_axis(len(inputs), labels=[AUTOMATON_VOCAB[x] for x in inputs], wrong=wrong, window=window,
@@ -273,7 +351,7 @@ def automaton_heatmap_grid(panels: Mapping[str, torch.Tensor], inputs, *, wrong:
     index = {int(t): i for i, t in enumerate(axis.positions)}
     last_write = automaton_write_positions(inputs)
     axis.marks = [(i, index[int(last_write[t])], t in wrong) for t, i in index.items() if int(last_write[t]) in index]
-    return _render_grid(panels, axis, True, None, None, False, backend)
+    return _render_grid(panels, axis, True, None, None, True, backend)
 
 
 def layer_head_panels(maps: Maps, seq: int = 0, prefix: str = "") -> dict[str, torch.Tensor]:
@@ -292,14 +370,14 @@ def attention_grid(maps: Maps, tokens=None, *, seq: int = 0, **options):
 def compare(panels_a: Mapping[str, torch.Tensor], panels_b: Mapping[str, torch.Tensor], tokens=None, *,
             names: tuple[str, str] = ("A", "B"), **options):
     """Two models on the same sequence side by side (TRA vs FoT, TRA paper App. A): row r shows
-    the r-th map of each model; each panel has its own colour range unless ``shared_scale``."""
+    the r-th map of each model, both on one colour scale (``shared_scale="rows"`` unless given)."""
     if len(panels_a) != len(panels_b):
         raise ValueError(f"{names[0]} has {len(panels_a)} maps and {names[1]} {len(panels_b)}; pair them up")
     rows = {}
     for (title_a, a), (title_b, b) in zip(panels_a.items(), panels_b.items()):
         rows[f"{names[0]}: {title_a}"] = a
         rows[f"{names[1]}: {title_b}"] = b
-    return heatmap_grid(rows, tokens, ncols=2, **options)
+    return heatmap_grid(rows, tokens, ncols=2, **{"shared_scale": "rows", **options})
 
 
 def chart(frame: pd.DataFrame, x: str, y: str = "value", *, series: str | None = None, kind: str = "line",

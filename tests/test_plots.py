@@ -128,7 +128,7 @@ def test_grid_of_layers_and_heads_and_side_by_side_comparison():
     grid = plots.attention_grid(maps, TOKENS, seq=1)
     heatmaps = [t for t in grid.data if isinstance(t, go.Heatmap) and t.name != "exact zero"]
     assert [a.text for a in grid.layout.annotations] == ["L0 H0", "L0 H1", "L1 H0", "L1 H1"]
-    assert [h.showscale for h in heatmaps] == [True, False, False, False]
+    assert [h.showscale for h in heatmaps] == [False, False, False, True]
     assert len({h.zmax for h in heatmaps}) == 1        # one colour scale across the grid
     np.testing.assert_array_equal(np.asarray(heatmaps[3].z, dtype=float),
                                   expected_values(3 * sample_map(seed=4), np.arange(T))[0])
@@ -138,7 +138,7 @@ def test_grid_of_layers_and_heads_and_side_by_side_comparison():
                          {"pattern": maps[0][0, 0], "D_bar": maps[0][0, 1]}, TOKENS, names=("TRA", "FoT"))
     assert [a.text for a in side.layout.annotations] == ["TRA: pattern", "FoT: pattern", "TRA: D_bar", "FoT: D_bar"]
     mains = [t for t in side.data if isinstance(t, go.Heatmap) and t.name != "exact zero"]
-    assert [h.zmin < 0 for h in mains] == [False, False, True, False]
+    assert [h.zmin < 0 for h in mains] == [False, False, True, True], "a row with a signed map is signed"
     with pytest.raises(ValueError, match="differ in shape"):
         plots.heatmap_grid({"a": torch.rand(4, 4), "b": torch.rand(5, 5)})
 
@@ -183,3 +183,49 @@ def test_metric_charts_show_the_frames(tmp_path):
     assert list(errors.data[0].x) == [2, 6] and list(errors.data[0].y) == [0.0, 1 / 6]
     with pytest.raises(ValueError, match="no 'survivors' rows"):
         plots.survivor_chart(frame)
+
+
+# --- readable figures: what each one looks like, on the figure objects ----------------------------
+
+def main_heatmaps(fig) -> list[go.Heatmap]:
+    return [t for t in fig.data if isinstance(t, go.Heatmap) and t.name != "exact zero"]
+
+
+def panel_side(fig) -> tuple[float, float]:
+    """Width and height in pixels of a plotly grid's first panel."""
+    layout, margin = fig.layout, fig.layout.margin
+    (x0, x1), (y0, y1) = layout.xaxis.domain, layout.yaxis.domain
+    return (x1 - x0) * (layout.width - margin.l - margin.r), (y1 - y0) * (layout.height - margin.t - margin.b)
+
+
+@pytest.mark.parametrize("n", [16, 64, 128, 512])
+def test_heatmaps_grow_with_their_tokens_and_keep_tick_labels_apart(n):
+    fig = plots.heatmap(torch.rand(n, n).tril(), parse_sequence(TEXT * (n // T)))
+    width, height = panel_side(fig)
+    expected = np.clip(n * plots.CELL_PX, *plots.PANEL_PX)
+    assert width == pytest.approx(expected, abs=1) and height == pytest.approx(expected, abs=1)
+    names = list(fig.data[1].x)
+    shown = [names.index(v) for v in fig.layout.xaxis.tickvals]
+    assert np.diff(shown).min() * width / n >= plots.TICK_SPACING_PX       # labels never overlap
+    if n <= 128:     # the report's 128-token window: 6 px a token, every instruction pair labelled
+        assert shown == list(range(0, n, 2))
+    static = plots.heatmap(torch.rand(n, n).tril(), parse_sequence(TEXT * (n // T)), backend="matplotlib")
+    assert tuple(static.get_size_inches() * plots.MPL_PX_PER_INCH) == pytest.approx((fig.layout.width, fig.layout.height))
+    assert list(static.axes[0].get_xticks()) == shown
+
+
+def test_panels_compared_side_by_side_share_one_colour_scale():
+    a, b = {"pattern": sample_map(seed=1)}, {"pattern": 3 * sample_map(seed=2)}
+    side = plots.compare(a, b, TOKENS, names=("TRA", "FoT"))
+    left, right = main_heatmaps(side)
+    assert (left.zmin, left.zmax) == (right.zmin, right.zmax) and [left.showscale, right.showscale] == [False, True]
+    static = plots.compare(a, b, TOKENS, names=("TRA", "FoT"), backend="matplotlib")
+    assert len(static.axes) == 2 + 1, "one colour bar"
+    # One scale per kind of map, shared down its column: gates with gates, positions with positions.
+    panels = {"L0 gates": sample_map(seed=3), "L0 positions": 10 * sample_map(seed=4),
+              "L1 gates": sample_map(seed=5), "L1 positions": 20 * sample_map(seed=6)}
+    columns = main_heatmaps(plots.heatmap_grid(panels, TOKENS, ncols=2, shared_scale="columns"))
+    assert columns[0].zmax == columns[2].zmax < columns[1].zmax == columns[3].zmax
+    assert [h.showscale for h in columns] == [False, False, True, True]
+    with pytest.raises(ValueError, match="shared_scale"):
+        plots.heatmap_grid(panels, TOKENS, shared_scale="diagonal")
