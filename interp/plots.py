@@ -27,13 +27,13 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import plotly.colors
-import plotly.express as px
 import plotly.graph_objects as go
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize, to_rgba
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
 from plotly.subplots import make_subplots
 
 from interp.metrics import Maps, automaton_write_positions, by_layer, summarise
@@ -380,50 +380,152 @@ def compare(panels_a: Mapping[str, torch.Tensor], panels_b: Mapping[str, torch.T
     return heatmap_grid(rows, tokens, ncols=2, **{"shared_scale": "rows", **options})
 
 
+MAX_LOG_TICKS = 12
+
+
+def log_ticks(values: Iterable[float], measured: bool = False) -> tuple[list[float], tuple[float, float] | None]:
+    """Ticks for a log axis over ``values``, and the range that shows them (None: the data's).
+
+    ``measured`` values (the lengths a sweep ran at) are their own ticks when there are at most
+    ``MAX_LOG_TICKS``; otherwise the ticks are the 1-2-5 steps within the values (powers of 10
+    where those are too many), or the two steps around them when fewer than two fall inside.
+    """
+    positive = np.unique([v for v in map(float, values) if math.isfinite(v) and v > 0])
+    if not positive.size:
+        return [], None
+    if measured and len(positive) <= MAX_LOG_TICKS:
+        return positive.tolist(), None
+    lo, hi = positive[0], positive[-1]
+    decades = range(math.floor(math.log10(lo)), math.floor(math.log10(hi)) + 2)
+    for mantissas in ((1, 2, 5), (1,)):
+        steps = [m * 10.0 ** e for e in decades for m in mantissas]
+        inside = [v for v in steps if lo <= v <= hi]
+        if len(inside) < 2:
+            around = [max(v for v in steps if v <= lo), min(v for v in steps if v >= hi)]
+            return around, (around[0], around[1])
+        if len(inside) <= MAX_LOG_TICKS:
+            return inside, None
+    return inside[::math.ceil(len(inside) / MAX_LOG_TICKS)], None
+
+
+@dataclass
+class AxisStyle:
+    """How a chart axis reads, the same in both backends. A log axis is labelled at
+    :func:`log_ticks`, written in full (plotly would label its minor ticks 2, 3, 5). A linear
+    axis of values (not the measured x) that are never negative (counts, rates, weights)
+    starts at 0, and shows 0 to 1 when every value is 0 (rather than a band around 0)."""
+
+    label: str
+    log: bool = False
+    ticks: list[float] | None = None
+    range: tuple[float, float] | None = None
+    from_zero: bool = False
+
+    @classmethod
+    def of(cls, values: Iterable[float], label: str, log: bool = False, measured: bool = False) -> AxisStyle:
+        values = np.asarray(list(values), dtype=float)
+        values = values[np.isfinite(values)]
+        if log:
+            return cls(label, True, *log_ticks(values, measured))
+        if measured or (values.size and values.min() < 0):
+            return cls(label)
+        return cls(label, from_zero=True, range=None if values.size and values.max() > 0 else (0.0, 1.0))
+
+    def plotly(self) -> dict:
+        style = dict(title_text=self.label)
+        if self.log:
+            style["type"] = "log"
+        if self.ticks:
+            style |= dict(tickmode="array", tickvals=self.ticks, ticktext=[f"{v:g}" for v in self.ticks])
+        if self.range:
+            style["range"] = [math.log10(v) for v in self.range] if self.log else list(self.range)
+        if self.from_zero:
+            style["rangemode"] = "tozero"
+        return style
+
+    def matplotlib(self, ax, which: str) -> None:
+        """Apply to ``ax``'s ``which`` (``"x"``/``"y"``) axis, after plotting: a scale resets the ticks."""
+        axis, limits = (ax.xaxis, ax.set_xlim) if which == "x" else (ax.yaxis, ax.set_ylim)
+        axis.set_label_text(self.label)
+        if self.log:
+            (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+        if self.ticks:
+            axis.set_ticks(self.ticks, [f"{v:g}" for v in self.ticks])
+            axis.set_minor_locator(NullLocator())
+        if self.range:
+            limits(*self.range)
+        elif self.from_zero:
+            limits(0, None)
+
+
+def series_traces(data: pd.DataFrame, series: str | None) -> list[tuple[str | None, pd.DataFrame]]:
+    """``(trace name, rows)`` per value of ``series`` in sorted order: the value itself
+    (``"rope-mech L0 H0"``, ``"all reads"``), or ``"layer 0"`` for a number, which alone
+    says nothing. Without a series: one unnamed trace."""
+    if series is None:
+        return [(None, data)]
+    word = series.replace("_", " ") if pd.api.types.is_numeric_dtype(data[series]) else None
+    return [(f"{word} {value:g}" if word else str(value), rows)
+            for value, rows in data.groupby(series, sort=True, observed=True)]
+
+
 def chart(frame: pd.DataFrame, x: str, y: str = "value", *, series: str | None = None, kind: str = "line",
           reference: tuple[Sequence, Sequence, str] | None = None, title: str = "", xlabel: str | None = None,
           ylabel: str | None = None, log_x: bool = False, log_y: bool = False, backend: str = "plotly"):
-    """A line or grouped-bar chart of a tidy frame, one trace per value of ``series``, with an
-    optional dashed ``reference`` = (xs, ys, label) (the uniform baseline, the Gaussian tail,
-    linear growth). The x values are sorted; an ordered ``pd.Categorical`` keeps its own order."""
+    """A line or grouped-bar chart of a tidy frame, one trace per value of ``series`` (named as
+    :func:`series_traces` says; the legend has no title), with an optional dashed
+    ``reference`` = (xs, ys, label) (the uniform baseline, the Gaussian tail, linear growth).
+    The x values are sorted; an ordered ``pd.Categorical`` keeps its own order. The axes read
+    as :class:`AxisStyle` says: a log x axis is labelled at the x values themselves."""
     _check_backend(backend)
     if kind not in ("line", "bar"):
         raise ValueError(f"kind must be 'line' or 'bar', got {kind!r}")
     data = frame.sort_values([x] + ([series] if series else []))
-    xlabel, ylabel = xlabel or x, ylabel or y
-    markers = data[x].nunique() <= 32     # dots on short lines; a long one (per position) stays a line
+    traces = series_traces(data, series)
+    reference_x, reference_y = (list(reference[0]), list(reference[1])) if reference else ([], [])
+    xlabel, ylabel = xlabel or x.replace("_", " "), ylabel or y.replace("_", " ")
+    xaxis = (AxisStyle.of([*data[x], *reference_x], xlabel, log_x, measured=True) if kind == "line"
+             else AxisStyle(xlabel))
+    yaxis = AxisStyle.of([*data[y], *reference_y], ylabel, log_y)
+    categories = list(dict.fromkeys(data[x]))          # sorted above, categories in their order
+    markers = len(categories) <= 32     # dots on short lines; a long one (per position) stays a line
     if backend == "plotly":
-        data = data.assign(**{series: data[series].astype(str)}) if series else data
-        style = {"markers": markers} if kind == "line" else {"barmode": "group"}
-        fig = (px.line if kind == "line" else px.bar)(data, x=x, y=y, color=series, log_x=log_x, log_y=log_y,
-                                                     title=title, labels={x: xlabel, y: ylabel}, **style)
-        if kind == "bar":
-            fig.update_xaxes(type="category")
+        fig = go.Figure()
+        for name, rows in traces:
+            hover = f"{xlabel} %{{x}}<br>{ylabel} %{{y:.4g}}<extra>{name or ''}</extra>"
+            # Markers over the axes (and in matplotlib): a value at the bottom of a range from 0 shows whole.
+            trace = (go.Scatter(mode="lines+markers" if markers else "lines", cliponaxis=False) if kind == "line"
+                     else go.Bar())
+            fig.add_trace(trace.update(x=rows[x].tolist(), y=rows[y].tolist(), name=name, hovertemplate=hover))
         if reference:
-            fig.add_trace(go.Scatter(x=list(reference[0]), y=list(reference[1]), name=reference[2],
-                                     mode="lines+markers", line=dict(dash="dash", color="black")))
+            fig.add_trace(go.Scatter(x=reference_x, y=reference_y, name=reference[2], mode="lines+markers",
+                                     line=dict(dash="dash", color="black")))
+        fig.update_xaxes(**xaxis.plotly())
+        if kind == "bar":
+            fig.update_xaxes(type="category", categoryorder="array", categoryarray=categories)
+        fig.update_yaxes(**yaxis.plotly())
+        fig.update_layout(title=title, barmode="group", showlegend=bool(series or reference))
         return fig
     fig = Figure(figsize=(6.4, 4.0), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel, xscale="log" if log_x else "linear",
-           yscale="log" if log_y else "linear")   # before the ticks: setting a scale resets them
-    groups = list(data.groupby(series, sort=True)) if series else [(None, data)]
+    ax.set_title(title)
     if kind == "line":
-        for name, group in groups:
-            ax.plot(group[x], group[y], marker="o" if markers else None, label=f"{series} {name}" if series else None)
-        place = list(reference[0]) if reference else []
+        for name, rows in traces:
+            ax.plot(rows[x], rows[y], marker="o" if markers else None, label=name, clip_on=False)
+        place = reference_x
     else:
-        categories = list(dict.fromkeys(data[x]))      # sorted above, categories in their order
         where = {c: i for i, c in enumerate(categories)}
-        width = 0.8 / len(groups)
-        for n, (name, group) in enumerate(groups):
-            offset = (n - (len(groups) - 1) / 2) * width
-            ax.bar([where[v] + offset for v in group[x]], group[y], width, label=f"{series} {name}" if series else None)
+        width = 0.8 / len(traces)
+        for n, (name, rows) in enumerate(traces):
+            offset = (n - (len(traces) - 1) / 2) * width
+            ax.bar([where[v] + offset for v in rows[x]], rows[y], width, label=name)
         ax.set_xticks(range(len(categories)), [str(c) for c in categories])
-        place = [where[v] for v in reference[0]] if reference else []
+        place = [where[v] for v in reference_x]
     if reference:
-        ax.plot(place, list(reference[1]), "k--", marker="_", markersize=14, label=reference[2])
+        ax.plot(place, reference_y, "k--", marker="_", markersize=14, label=reference[2])
+    xaxis.matplotlib(ax, "x")
+    yaxis.matplotlib(ax, "y")
     if series or reference:
         ax.legend(fontsize=8)
     return fig

@@ -13,6 +13,7 @@ from matplotlib.colors import to_rgba
 from interp import plots
 from interp.metrics import error_rate_by_dependency, read_table, sink_ratio, sparsity, tail_probabilities
 from interp.tasks.text import parse_sequence
+from support import plot_gallery
 
 TEXT = "w1i0i1r1w0r0i1r0"      # reads at 6 (last write 0), 10 and 14 (last write 8)
 PAIRS = ["w1", "i0", "i1", "r1", "w0", "r0", "i1", "r0"]
@@ -187,6 +188,9 @@ def test_metric_charts_show_the_frames(tmp_path):
 
 # --- readable figures: what each one looks like, on the figure objects ----------------------------
 
+RAW_COLUMNS = ("model_layer", "layer_scores", "seq_len", "dependency_length", "reads")
+
+
 def main_heatmaps(fig) -> list[go.Heatmap]:
     return [t for t in fig.data if isinstance(t, go.Heatmap) and t.name != "exact zero"]
 
@@ -212,6 +216,61 @@ def test_heatmaps_grow_with_their_tokens_and_keep_tick_labels_apart(n):
     static = plots.heatmap(torch.rand(n, n).tril(), parse_sequence(TEXT * (n // T)), backend="matplotlib")
     assert tuple(static.get_size_inches() * plots.MPL_PX_PER_INCH) == pytest.approx((fig.layout.width, fig.layout.height))
     assert list(static.axes[0].get_xticks()) == shown
+
+
+def test_log_axes_are_labelled_at_the_lengths_measured():
+    lengths = [128, 256, 512, 1024, 2048]
+    sinks = pd.DataFrame({"metric": "gsink_ratio", "key_pos": 0, "layer": 0, "head": 0, "map": "pattern",
+                          "seq_len": lengths, "value": [0.9, 1.0, 1.1, 1.2, 1.3], "model": "rope-mech"})
+    xaxis = plots.sink_ratio_chart(sinks).layout.xaxis
+    assert xaxis.type == "log" and list(xaxis.tickvals) == lengths
+    assert list(xaxis.ticktext) == ["128", "256", "512", "1024", "2048"]
+    static = plots.sink_ratio_chart(sinks, backend="matplotlib").axes[0]
+    assert list(static.get_xticks()) == lengths and [t.get_text() for t in static.get_xticklabels()][0] == "128"
+    assert len(static.xaxis.get_minorticklocs()) == 0
+    # Many values, or values on a log y axis: 1-2-5 steps, written out.
+    assert plots.log_ticks(range(1, 513), measured=True) == ([1, 2, 5, 10, 20, 50, 100, 200, 500], None)
+    assert plots.log_ticks([3.1, 4.5]) == ([2, 5], (2, 5))                 # too narrow: the steps around it
+    ticks, _ = plots.log_ticks([1e-5, 0.5, 0.0])                           # too many 1-2-5 steps: decades
+    assert ticks == pytest.approx([1e-5, 1e-4, 1e-3, 1e-2, 1e-1])
+    survivors = plots.survivor_chart(pd.DataFrame({"metric": "survivors", "layer": 0, "map": "pattern",
+                                                   "seq_len": lengths, "value": np.array(lengths) / 3}))
+    assert list(survivors.layout.yaxis.ticktext) == ["50", "100", "200", "500"]
+
+
+def test_value_axes_start_at_zero_and_no_errors_read_as_zero():
+    tokens = np.stack([parse_sequence(TEXT)] * 3)
+    right = np.roll(tokens, -1, axis=1)
+    none_wrong = error_rate_by_dependency(read_table(tokens, right))
+    yaxis = plots.error_rate_chart(none_wrong).layout.yaxis
+    assert yaxis.rangemode == "tozero" and list(yaxis.range) == [0, 1]          # not -1..1
+    assert plots.error_rate_chart(none_wrong, backend="matplotlib").axes[0].get_ylim() == (0, 1)
+    right[1, 14] = 4
+    some_wrong = error_rate_by_dependency(read_table(tokens, right))
+    yaxis = plots.error_rate_chart(some_wrong).layout.yaxis
+    assert yaxis.rangemode == "tozero" and yaxis.range is None
+    assert plots.error_rate_chart(some_wrong, backend="matplotlib").axes[0].get_ylim()[0] == 0
+    signed = pd.DataFrame({"layer": [0, 1], "value": [-0.2, 0.3]})
+    assert plots.chart(signed, "layer", kind="bar").layout.yaxis.rangemode is None
+
+
+def test_legends_name_every_trace_in_words():
+    for name, fig in plot_gallery().items():
+        assert not fig.layout.legend.title.text, f"{name}: a legend title"
+        if fig.layout.showlegend is False:
+            continue
+        labels = [t.name for t in fig.data if isinstance(t, (go.Scatter, go.Bar)) and t.showlegend is not False]
+        assert all(labels), f"{name}: a trace without a name"
+        for label in labels:
+            assert not label.isdigit() and not any(c in label for c in RAW_COLUMNS), f"{name}: trace {label!r}"
+    reads = pd.DataFrame({"bin": [0, 16, 0, 16], "share": [0.6, 0.4, 0.2, 0.8],
+                          "reads": ["all reads", "all reads", "wrong reads", "wrong reads"]})
+    by_head = pd.DataFrame({"layer": [0, 0, 1, 1], "head": [0, 1, 0, 1], "value": [0.1, 0.2, 0.3, 0.4]})
+    for frame, x, y, series, names in ((reads, "bin", "share", "reads", ["all reads", "wrong reads"]),
+                                       (by_head, "layer", "value", "head", ["head 0", "head 1"])):
+        assert [t.name for t in plots.chart(frame, x, y, series=series, kind="bar").data] == names
+        legend = plots.chart(frame, x, y, series=series, kind="bar", backend="matplotlib").axes[0].get_legend()
+        assert [t.get_text() for t in legend.get_texts()] == names and legend.get_title().get_text() == ""
 
 
 def test_panels_compared_side_by_side_share_one_colour_scale():
