@@ -12,11 +12,19 @@ biases) on a blue-white-red scale centred at 0. Flip-flop axes are labelled by i
 pair (``w1``, ``i0``, ``r1``) at each instruction token: writes orange, reads blue, wrong
 reads red; each read's ideal cell (query = the read, key = its most recent ``w``, the
 pattern of the flip-flop paper's Fig. 5c) is outlined in cyan, or red for a wrong read.
+
+Layout, the same in both backends, so that a figure reads without its code: a heatmap panel
+grows with the tokens it shows (:func:`panel_px`) and thins its tick labels to what fits;
+panels meant to be compared share one colour scale and one colour bar (``shared_scale``);
+a chart's log axis is labelled at the lengths measured, a rate or count axis starts at 0
+(:class:`AxisStyle`); a trace is named in words and a legend has no title
+(:func:`series_traces`); an HTML page has the figure's title and caption (:func:`html_page`).
 """
 
 from __future__ import annotations
 
 import base64
+import html
 import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,6 +42,7 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize, to_rgba
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
+from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from interp.metrics import Maps, automaton_write_positions, by_layer, summarise
@@ -714,13 +723,39 @@ def patching_heatmap(summary: pd.DataFrame, x: str = "offset", y: str = "compone
     return fig
 
 
-def save(fig, path) -> Path:
-    """Write a figure: plotly to a self-contained ``.html`` (plotly.js inline, opens offline) or
-    ``.json``; matplotlib to ``.png``/``.pdf``/``.svg``."""
+CHART_HEIGHT_PX = 600     # a page's figure without a height of its own (plotly would draw 450)
+PAGE_STYLE = ("body { font-family: system-ui, sans-serif; color: #222; margin: 16px 24px; } "
+              "p.caption { color: #444; max-width: 900px; line-height: 1.45; }")
+
+
+def html_page(fig: go.Figure, title: str, caption: str = "", include_plotlyjs: bool | str = True,
+              div_id: str | None = None) -> str:
+    """A page of one plotly figure: ``title`` as the page's <title> and its heading, the
+    ``caption`` paragraph under it, then the figure. ``include_plotlyjs`` as plotly's
+    ``to_html`` (``"directory"``: a ``plotly.min.js`` beside the page)."""
+    figure = fig.to_html(include_plotlyjs=include_plotlyjs, full_html=False, div_id=div_id,
+                         default_height=f"{CHART_HEIGHT_PX}px")
+    text = f'<p class="caption">{html.escape(caption)}</p>' if caption else ""
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f'<style>{PAGE_STYLE}</style></head>\n<body>\n<h1>{html.escape(title)}</h1>\n{text}\n{figure}\n'
+            '</body>\n</html>\n')
+
+
+def save(fig, path, *, title: str | None = None, caption: str = "", shared_plotlyjs: bool = False,
+         div_id: str | None = None) -> Path:
+    """Write a figure: plotly to an ``.html`` page (:func:`html_page`; the title defaults to the
+    figure's, else the file name) or ``.json``; matplotlib to ``.png``/``.pdf``/``.svg``. A page
+    opens offline: plotly.js is inline, or with ``shared_plotlyjs`` one ``plotly.min.js``
+    beside the pages of a folder."""
     path = Path(path)
     if isinstance(fig, go.Figure):
         if path.suffix == ".html":
-            fig.write_html(path, include_plotlyjs=True, full_html=True)
+            title = title or fig.layout.title.text or path.stem
+            path.write_text(html_page(fig, title, caption, "directory" if shared_plotlyjs else True, div_id),
+                            encoding="utf-8")
+            bundle = path.parent / "plotly.min.js"
+            if shared_plotlyjs and not bundle.exists():
+                bundle.write_text(get_plotlyjs(), encoding="utf-8")
         elif path.suffix == ".json":
             fig.write_json(path)
         else:

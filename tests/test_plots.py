@@ -288,3 +288,13 @@ def test_panels_compared_side_by_side_share_one_colour_scale():
     assert [h.showscale for h in columns] == [False, False, True, True]
     with pytest.raises(ValueError, match="shared_scale"):
         plots.heatmap_grid(panels, TOKENS, shared_scale="diagonal")
+
+
+def test_html_pages_carry_a_title_and_a_caption(tmp_path):
+    chart = plots.sparsity_chart(sparsity({0: uniform_map(T)}))
+    page = plots.save(chart, tmp_path / "sparsity.html", caption="Zeros <per> layer & head.").read_text()
+    assert "<title>Sparsity (exact zeros)</title>" in page and "<h1>Sparsity (exact zeros)</h1>" in page
+    assert '<p class="caption">Zeros &lt;per&gt; layer &amp; head.</p>' in page
+    untitled = plots.save(plots.heatmap(sample_map(), TOKENS), tmp_path / "pattern.html", shared_plotlyjs=True)
+    assert "<title>pattern</title>" in untitled.read_text() and 'src="plotly.min.js"' in untitled.read_text()
+    assert (tmp_path / "plotly.min.js").stat().st_size > 1_000_000
