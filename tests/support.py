@@ -1,10 +1,15 @@
 """What several test files share: the models to parametrise over, how gradients are compared,
-and a figure of every kind that interp.plots draws."""
+a figure of every kind that interp.plots draws, and headless Chromium."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 
 from models.attention import get_attention_class
@@ -40,6 +45,7 @@ def relative_errors(actual: dict[str, torch.Tensor], expected: dict[str, torch.T
     return {key: (rms(actual[key].detach() - t.detach())
                   / (rms(t.detach()) + SCALE_FLOOR * scale).clamp_min(torch.finfo(torch.float64).tiny)).item()
             for key, t in expected.items()}
+
 
 # --- every figure of interp.plots, on small synthetic inputs ---------------------------------
 
@@ -119,3 +125,19 @@ def plot_gallery(backend: str = "plotly") -> dict:
         "patching_heatmap": plots.patching_heatmap(patching, **draw),
     }
 
+
+# --- headless Chromium ----------------------------------------------------------------------
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# For the tests that use it (with pytest.mark.browser): skipped, saying why, where it is missing.
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install "
+                                    "chromium); the page was not browser-tested")
+
+
+def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """Run headless Chromium with ``args`` (``--dump-dom URL``, ``--screenshot=PNG URL``) in a
+    throwaway profile."""
+    run = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                          f"--user-data-dir={tmp_path / 'profile'}", *args], capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run
