@@ -502,9 +502,9 @@ def chart(frame: pd.DataFrame, x: str, y: str = "value", *, series: str | None =
         fig = go.Figure()
         for name, rows in traces:
             hover = f"{xlabel} %{{x}}<br>{ylabel} %{{y:.4g}}<extra>{name or ''}</extra>"
-            # Markers over the axes (and in matplotlib): a value at the bottom of a range from 0 shows whole.
-            trace = (go.Scatter(mode="lines+markers" if markers else "lines", cliponaxis=False) if kind == "line"
-                     else go.Bar())
+            # On an axis from 0, markers go over the axes (in matplotlib too): a value at 0 shows whole.
+            trace = (go.Scatter(mode="lines+markers" if markers else "lines", cliponaxis=not yaxis.from_zero)
+                     if kind == "line" else go.Bar())
             fig.add_trace(trace.update(x=rows[x].tolist(), y=rows[y].tolist(), name=name, hovertemplate=hover))
         if reference:
             fig.add_trace(go.Scatter(x=reference_x, y=reference_y, name=reference[2], mode="lines+markers",
@@ -521,7 +521,7 @@ def chart(frame: pd.DataFrame, x: str, y: str = "value", *, series: str | None =
     ax.set_title(title)
     if kind == "line":
         for name, rows in traces:
-            ax.plot(rows[x], rows[y], marker="o" if markers else None, label=name, clip_on=False)
+            ax.plot(rows[x], rows[y], marker="o" if markers else None, label=name, clip_on=not yaxis.from_zero)
         place = reference_x
     else:
         where = {c: i for i, c in enumerate(categories)}

@@ -1,6 +1,8 @@
 """Plots draw what they are given: masked data, token labels, marks, colours, files."""
 
+import io
 import re
+import warnings
 
 import matplotlib.image
 import numpy as np
@@ -233,9 +235,13 @@ def test_log_axes_are_labelled_at_the_lengths_measured():
     assert plots.log_ticks([3.1, 4.5]) == ([2, 5], (2, 5))                 # too narrow: the steps around it
     ticks, _ = plots.log_ticks([1e-5, 0.5, 0.0])                           # too many 1-2-5 steps: decades
     assert ticks == pytest.approx([1e-5, 1e-4, 1e-3, 1e-2, 1e-1])
-    survivors = plots.survivor_chart(pd.DataFrame({"metric": "survivors", "layer": 0, "map": "pattern",
-                                                   "seq_len": lengths, "value": np.array(lengths) / 3}))
-    assert list(survivors.layout.yaxis.ticktext) == ["50", "100", "200", "500"]
+    survivors = pd.DataFrame({"metric": "survivors", "layer": 0, "map": "pattern", "seq_len": lengths,
+                              "value": np.array(lengths) / 3})
+    assert list(plots.survivor_chart(survivors).layout.yaxis.ticktext) == ["50", "100", "200", "500"]
+    # A 0 on a log axis (a layer with no survivor) is left out, not drawn off to minus infinity.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plots.survivor_chart(survivors.assign(value=[0.0, 1, 2, 3, 4]), backend="matplotlib").savefig(io.BytesIO())
 
 
 def test_value_axes_start_at_zero_and_no_errors_read_as_zero():
