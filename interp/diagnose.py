@@ -600,7 +600,8 @@ def heatmap_sections(metrics: dict, probe: LengthRun, figures: Figures) -> list[
     last_layer = max(probe.maps)
     n_heads = probe.maps[last_layer]["pattern"].shape[1]
     final = {f"H{h} {name}": a[seq, h] for h in range(n_heads) for name, a in probe.maps[last_layer].items()}
-    ncols = len(metrics["maps"]) if len(metrics["maps"]) > 1 else min(n_heads, 2)
+    # One column per map when there are views (each map on its own scale, shared by the heads), else the heads.
+    ncols, shared = (len(metrics["maps"]), "columns") if len(metrics["maps"]) > 1 else (min(n_heads, 2), True)
     all_layers = plots.attention_grid({layer: maps["pattern"] for layer, maps in probe.maps.items()}, tokens, seq=seq,
                                       window=window, wrong=wrong, max_ticks=16, backend="matplotlib")
     return [
@@ -611,9 +612,8 @@ def heatmap_sections(metrics: dict, probe: LengthRun, figures: Figures) -> list[
             "orange, reads blue, <b>wrong reads red</b>. Each read's ideal cell (query = the read, key = its most "
             "recent write) is outlined in cyan, or red when the read was wrong. Exact zeros are black, future keys "
             "grey; signed maps use a diverging scale. Hover for the tokens and the value.",
-            # Half the tick labels on the PNG: they would overlap at its size, and their layout is its main cost.
-            [figures(lambda b: plots.heatmap_grid(final, tokens, wrong=wrong, window=window, ncols=ncols, backend=b,
-                                                  max_ticks=64 if b == "plotly" else 32),
+            [figures(lambda b: plots.heatmap_grid(final, tokens, wrong=wrong, window=window, ncols=ncols,
+                                                  shared_scale=shared, backend=b),
                      "attention_final_layer.png")]),
         Section(
             "All layers and heads (static)",

@@ -4,10 +4,11 @@ Every figure function takes ``load(name) -> model`` (:func:`models.load_pretrain
 default; tests pass small random models), runs the models it needs with hooks on a few
 fixed sequences, computes with :mod:`interp.metrics`, and returns :class:`PaperFigure`
 records: a file stem, a caption naming the paper figure it reproduces, ``draw(backend)``,
-which draws it with :mod:`interp.plots`, and ``data``, the numbers behind it.
-:func:`make_figures` writes each record as ``STEM.png`` (matplotlib), ``STEM.html`` (plotly;
-the pages share one ``plotly.min.js`` in the directory and open offline) and ``STEM.csv``,
-then ``captions.json`` (``{stem: caption}``) and ``index.md`` (every figure with its caption).
+which draws it with :mod:`interp.plots`, and ``data``, the numbers behind it; its title is
+``TITLES[stem]``. :func:`make_figures` writes each record as ``STEM.png`` (matplotlib),
+``STEM.html`` (plotly, a page with the title and the caption; the pages share one
+``plotly.min.js`` in the directory and open offline) and ``STEM.csv``, then ``captions.json``
+(``{stem: caption}``) and ``index.md`` (every figure with its title and caption).
 
 Figures (``name``: file stems, the paper figure reproduced):
 
@@ -91,6 +92,25 @@ VIEWS = {"view_1": "view 1 (excitatory)", "view_2": "view 2 (inhibitory)", "patt
 
 Loader = Callable[[str], torch.nn.Module]
 
+# What each figure shows, in a line: the heading of its page and of its entry in index.md. Its
+# caption, computed with the figure, says what was run and what came out.
+TITLES = {
+    "01_tra_vs_fot_attention": "TRA beside FoT: final-layer attention (TRA paper Fig. 1-3)",
+    "02a_tda_sparsity": "Exact zeros per layer in TDA's views and differential map (TDA paper Fig. 1a)",
+    "02b_tda_max_weight": "Largest attention weight per layer in TDA's views and differential map (TDA paper Fig. 1b)",
+    "02c_sink_ratio_vs_length": "First-token sink against context length, TDA and RoPE (TDA paper Fig. 1c)",
+    "03_tda_inhibition": "Inhibition in TDA: two views and their signed difference (TDA paper Fig. 2)",
+    "04_survivors_vs_length": "Surviving keys per query against context length (TDA paper Fig. 4)",
+    "05_cross_view_correlation": "Correlation of TDA's two views, trained and untrained (TDA paper Fig. 5)",
+    "06_logit_tails": "Tails of TDA's attention logits against a Gaussian (TDA paper Table 7)",
+    "07_automaton_attention": "Attention on the flip-flop automaton (flip-flop paper Fig. 5c-d, 16)",
+    "08_glitch_dependency_lengths": "Dependency lengths of the wrong reads (flip-flop paper Fig. 12, right)",
+    "09a_drift_last_write": "Attention drift past the training length, flip-flop language (flip-flop paper Fig. 14)",
+    "09b_drift_automaton": "Attention drift past the training length, automaton (flip-flop paper Fig. 14b)",
+    "10_cope_gates_positions": "CoPE's gates and contextual positions (CoPE paper Fig. 6)",
+    "11_table1_accuracy": "Full-sequence accuracy per model beside the paper's (TRA paper Table 1)",
+}
+
 
 class MissingHookError(ValueError):
     """A figure needs an attention hook that the model does not have (or never calls)."""
@@ -105,6 +125,10 @@ class PaperFigure:
     caption: str
     draw: Callable[[str], object]
     data: pd.DataFrame
+
+    @property
+    def title(self) -> str:
+        return TITLES[self.stem]
 
 
 # --- running models -------------------------------------------------------------------------
@@ -256,7 +280,8 @@ def figure_tda_inhibition(load: Loader) -> list[PaperFigure]:
                f"{shown_text}. Inhibition (negative) is blue, excitation (positive) red, exact zeros "
                "black; writes orange, reads blue on the axes.")
     return [PaperFigure("03_tda_inhibition", caption,
-                        lambda b: plots.heatmap_grid(panels, tokens[0], window=window, signed=True, ncols=3, backend=b),
+                        lambda b: plots.heatmap_grid(panels, tokens[0], window=window, signed=True, shared_scale=True,
+                                                     ncols=3, backend=b),
                         data.assign(shown=shown))]
 
 
@@ -482,8 +507,7 @@ def automaton_drift_figure(load: Loader, T: int, stride: int) -> PaperFigure:
         + f"; {len(wrong)} wrong state predictions" + (f", the first at position {wrong[0]} (red)." if wrong else "."))
     return PaperFigure("09b_drift_automaton", caption,
                        lambda b: plots.automaton_heatmap_grid(plots.layer_head_panels(pattern), inputs[0], wrong=wrong,
-                                                              stride=stride, max_ticks=max(1, T // stride // 2),
-                                                              backend=b),
+                                                              stride=stride, backend=b),
                        probe)
 
 
@@ -509,7 +533,8 @@ def figure_cope_gates(load: Loader) -> list[PaperFigure]:
                f"{shown_text}. A gate near 1 counts the key as one position. The key token with the "
                f"highest mean gate, per layer and head (all means in the CSV): {most}.")
     return [PaperFigure("10_cope_gates_positions", caption,
-                        lambda b: plots.heatmap_grid(panels, tokens[0], window=window, ncols=2, backend=b), data)]
+                        lambda b: plots.heatmap_grid(panels, tokens[0], window=window, ncols=2, shared_scale="columns",
+                                                     backend=b), data)]
 
 
 TABLE1_COLUMNS = ("model", "split", "seeds", "accuracy_mean", "accuracy_std", "paper_accuracy_mean",
@@ -551,23 +576,23 @@ FIGURE_NAMES = (*FIGURES, "table1")
 def write_figure(figure: PaperFigure, out: Path) -> list[Path]:
     """``STEM.png``, ``STEM.html`` and ``STEM.csv`` of one figure in ``out``."""
     png = plots.save(figure.draw("matplotlib"), out / f"{figure.stem}.png")
-    html = out / f"{figure.stem}.html"
     # One plotly.min.js beside the pages rather than 3.5 MB inlined in each; a fixed div id
     # (plotly's default is a random uuid) keeps the page identical from run to run.
-    figure.draw("plotly").write_html(html, include_plotlyjs="directory", full_html=True, div_id=figure.stem)
+    html = plots.save(figure.draw("plotly"), out / f"{figure.stem}.html", title=figure.title, caption=figure.caption,
+                      shared_plotlyjs=True, div_id=figure.stem)
     csv = out / f"{figure.stem}.csv"
     figure.data.to_csv(csv, index=False)
     return [png, html, csv]
 
 
 def write_index(out: Path, captions: Mapping[str, str]) -> Path:
-    """``index.md``: every figure's PNG with its caption and links to its HTML and CSV."""
+    """``index.md``: every figure's title, PNG and caption, and links to its HTML and CSV."""
     lines = ["# GlitchLens figures", "",
              "Written by `glitchlens figures` (`interp/figures.py`) from the pretrained models "
              "(`models.load_pretrained`). Each figure is a PNG, an interactive page (`.html`, opens offline) and "
              "the numbers behind it (`.csv`).", ""]
     for stem, caption in captions.items():
-        lines += [f"## {stem}", "", f"![{stem}]({stem}.png)", "", caption, "",
+        lines += [f"## {stem}: {TITLES[stem]}", "", f"![{stem}]({stem}.png)", "", caption, "",
                   f"[interactive]({stem}.html) · [data]({stem}.csv)", ""]
     path = out / "index.md"
     path.write_text("\n".join(lines))

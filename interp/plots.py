@@ -12,11 +12,19 @@ biases) on a blue-white-red scale centred at 0. Flip-flop axes are labelled by i
 pair (``w1``, ``i0``, ``r1``) at each instruction token: writes orange, reads blue, wrong
 reads red; each read's ideal cell (query = the read, key = its most recent ``w``, the
 pattern of the flip-flop paper's Fig. 5c) is outlined in cyan, or red for a wrong read.
+
+Layout, the same in both backends, so that a figure reads without its code: a heatmap panel
+grows with the tokens it shows (:func:`panel_px`) and thins its tick labels to what fits;
+panels meant to be compared share one colour scale and one colour bar (``shared_scale``);
+a chart's log axis is labelled at the lengths measured, a rate or count axis starts at 0
+(:class:`AxisStyle`); a trace is named in words and a legend has no title
+(:func:`series_traces`); an HTML page has the figure's title and caption (:func:`html_page`).
 """
 
 from __future__ import annotations
 
 import base64
+import html
 import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,13 +35,14 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import plotly.colors
-import plotly.express as px
 import plotly.graph_objects as go
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize, to_rgba
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
+from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from interp.metrics import Maps, automaton_write_positions, by_layer, summarise
@@ -48,6 +57,14 @@ WRONG_COLOR, IDEAL_COLOR = "#e31a1c", "#00e5ff"
 SEQUENTIAL = ("YlOrRd", plotly.colors.sequential.YlOrRd)
 DIVERGING = ("RdBu_r", plotly.colors.diverging.RdBu[::-1])
 HOVER = "query %{y}<br>key %{x}<br>value %{z:.4g}<extra></extra>"
+# Heatmap sizing, in screen pixels (matplotlib draws the same layout at 100 px to the inch):
+# a panel grows with the tokens shown so that a cell stays visible and hoverable, up to what
+# fits on a screen; tick labels are then thinned to what its side can hold without overlap.
+CELL_PX = 6
+PANEL_PX = (400, 900)
+TICK_FONT_PX = 9
+TICK_SPACING_PX = 10
+MPL_PX_PER_INCH, MPL_PT_PER_PX = 100, 0.72
 
 
 @dataclass
@@ -62,13 +79,19 @@ class TokenAxis:
     marks: list[tuple[int, int, bool]]   # (query index, key index, wrong) of each read's ideal cell
 
 
+def panel_px(n_shown: int) -> int:
+    """The side in pixels of a heatmap panel showing ``n_shown`` tokens."""
+    return int(np.clip(n_shown * CELL_PX, *PANEL_PX))
+
+
 def token_axis(n: int, tokens=None, labels: Sequence[str] | None = None, wrong: Iterable[int] = (),
-               window: tuple[int, int] | None = None, stride: int = 1, max_ticks: int = 64) -> TokenAxis:
+               window: tuple[int, int] | None = None, stride: int = 1, max_ticks: int | None = None) -> TokenAxis:
     """Label the positions ``window[0]:window[1]:stride`` of an ``n``-token sequence.
 
     ``tokens``: the flip-flop token ids of the sequence (pair labels, roles, read marks);
     otherwise ``labels`` (one string per token) or the bare positions. ``wrong``: token
-    positions of wrong reads. Tick labels are thinned to at most ``max_ticks``.
+    positions of wrong reads. Tick labels are thinned to what a panel of :func:`panel_px`
+    holds, and to at most ``max_ticks``.
     """
     start, stop = window if window is not None else (0, n)
     if not 0 <= start < stop <= n or stride < 1:
@@ -93,7 +116,8 @@ def token_axis(n: int, tokens=None, labels: Sequence[str] | None = None, wrong: 
     color = [WRONG_COLOR if t in wrong else c for t, c in enumerate(color)]
     positions = np.arange(start, stop, stride)
     ticks = [i for i, t in enumerate(positions) if labelled[t]] or list(range(len(positions)))
-    step = math.ceil(len(ticks) / max_ticks)
+    fitting = panel_px(len(positions)) // TICK_SPACING_PX
+    step = math.ceil(len(ticks) / max(1, min(fitting, max_ticks or fitting)))
     ticks = ticks[::step]
     # Thinned ticks skip tokens, so each says where it stands.
     tick_text = [text[t] if step == 1 or text[t] == str(t) else f"{t}:{text[t]}" for t in positions[ticks]]
@@ -132,37 +156,98 @@ def _panel(title: str, m, axis: TokenAxis, causal: bool, signed: bool | None) ->
     return Panel(title, np.where(hidden | zero, np.nan, sub), zero, hidden, signed)
 
 
-def _limits(panels: list[Panel], shared: bool) -> list[tuple[float, float]]:
-    """Colour range per panel: [0, max] for non-negative maps, [-max|.|, max|.|] (centred at 0) for signed ones."""
-    tops = []
-    for panel in panels:
-        finite = np.abs(panel.values[np.isfinite(panel.values)])
-        tops.append(float(finite.max()) if finite.size and finite.max() > 0 else 1.0)
-    if shared:
-        tops = [max(tops)] * len(tops)
-    return [(-top, top) if panel.signed else (0.0, top) for panel, top in zip(panels, tops)]
+@dataclass
+class ColourScale:
+    """One colour range and one colour bar for the panels drawn on it: [0, max] for non-negative
+    maps, [-max|.|, max|.|] (centred at 0) once any of them is signed."""
+
+    panels: list[int]
+    lo: float
+    hi: float
+    signed: bool
+
+    @property
+    def colours(self) -> tuple[str, list]:
+        return DIVERGING if self.signed else SEQUENTIAL
 
 
-def _plotly_grid(panels: list[Panel], axis: TokenAxis, ncols: int, shared: bool) -> go.Figure:
+def colour_scales(panels: list[Panel], ncols: int, shared: bool | str) -> list[ColourScale]:
+    """The colour scales of a grid, row-major: one per panel (``shared=False``), one for all
+    (``True``), one per row (``"rows"``: a side-by-side comparison) or per column (``"columns"``:
+    one kind of map per column)."""
+    if shared not in (False, True, "rows", "columns"):
+        raise ValueError(f"shared_scale must be False, True, 'rows' or 'columns', got {shared!r}")
+    n = len(panels)
+    groups = {False: [[i] for i in range(n)], True: [list(range(n))],
+              "rows": [list(range(i, min(i + ncols, n))) for i in range(0, n, ncols)],
+              "columns": [list(range(c, n, ncols)) for c in range(min(ncols, n))]}
+    scales = []
+    for group in groups[shared]:
+        finite = np.abs(np.concatenate([panels[i].values[np.isfinite(panels[i].values)] for i in group]))
+        top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+        signed = any(panels[i].signed for i in group)
+        scales.append(ColourScale(group, -top if signed else 0.0, top, signed))
+    return scales
+
+
+@dataclass
+class GridSize:
+    """Pixel layout of a grid of square :func:`panel_px` heatmap panels (plotly draws it in
+    pixels, matplotlib at ``MPL_PX_PER_INCH``): room between columns for the tick labels, and
+    for a colour bar where each panel or column has its own."""
+
+    side: int
+    width: int
+    height: int
+    gap_x: int
+    gap_y: int
+    margin: dict
+
+    @classmethod
+    def of(cls, n_panels: int, ncols: int, n_shown: int, shared: bool | str) -> GridSize:
+        nrows = math.ceil(n_panels / ncols)
+        side, gap_x, gap_y = panel_px(n_shown), 140 if shared in (False, "columns") else 80, 100
+        margin = dict(l=70, r=110, t=50, b=70)
+        return cls(side, margin["l"] + margin["r"] + ncols * side + (ncols - 1) * gap_x,
+                   margin["t"] + margin["b"] + nrows * side + (nrows - 1) * gap_y, gap_x, gap_y, margin)
+
+    @property
+    def plot_width(self) -> int:
+        return self.width - self.margin["l"] - self.margin["r"]
+
+    @property
+    def plot_height(self) -> int:
+        return self.height - self.margin["t"] - self.margin["b"]
+
+
+def _plotly_grid(panels: list[Panel], axis: TokenAxis, ncols: int, shared: bool | str) -> go.Figure:
     nrows = math.ceil(len(panels) / ncols)
+    n_shown = len(axis.positions)
+    size = GridSize.of(len(panels), ncols, n_shown, shared)
     fig = make_subplots(nrows, ncols, subplot_titles=[p.title for p in panels],
-                        horizontal_spacing=0.6 / (ncols + 4), vertical_spacing=0.25 / nrows)
-    ticks = dict(type="category", tickmode="array", showgrid=False, tickfont=dict(size=_font_size(len(axis.ticks))),
+                        horizontal_spacing=size.gap_x / size.plot_width, vertical_spacing=size.gap_y / size.plot_height)
+    ticks = dict(type="category", tickmode="array", showgrid=False, tickfont=dict(size=TICK_FONT_PX),
                  tickvals=[axis.names[i] for i in axis.ticks],
                  ticktext=[f'<span style="color:{c}">{t}</span>' for t, c in zip(axis.tick_text, axis.tick_color)])
-    n_shown = len(axis.positions)
-    cell = 400 / n_shown
-    for n, (panel, (lo, hi)) in enumerate(zip(panels, _limits(panels, shared))):
-        row, col = n // ncols + 1, n % ncols + 1
-        domain = fig.get_subplot(row, col)
-        x1, (y0, y1) = domain.xaxis.domain[1], domain.yaxis.domain
+    cell = size.side / n_shown
+    domains = [fig.get_subplot(n // ncols + 1, n % ncols + 1) for n in range(len(panels))]
+    colorbars, scale_of = {}, {}
+    for scale in colour_scales(panels, ncols, shared):
+        # The scale's one colour bar: right of its panels, from their top, as tall as one of them
+        # (one bar down a tall column would put most of its ticks off screen).
+        x1 = max(domains[i].xaxis.domain[1] for i in scale.panels)
+        top = max(domains[i].yaxis.domain[1] for i in scale.panels)
+        colorbars[scale.panels[-1]] = dict(x=x1 + 8 / size.plot_width, xanchor="left", y=top, yanchor="top",
+                                           len=size.side / size.plot_height, thickness=10)
+        scale_of |= dict.fromkeys(scale.panels, scale)
+    for n, panel in enumerate(panels):
+        row, col, scale = n // ncols + 1, n % ncols + 1, scale_of[n]
         grid = dict(x=axis.names, y=axis.names, hoverongaps=False, hovertemplate=HOVER)
         fig.add_trace(go.Heatmap(z=np.where(panel.zero, 0.0, np.nan), colorscale=[[0, ZERO_COLOR], [1, ZERO_COLOR]],
                                  showscale=False, name="exact zero", **grid), row, col)
-        fig.add_trace(go.Heatmap(z=panel.values, colorscale=(DIVERGING if panel.signed else SEQUENTIAL)[1],
-                                 zmin=lo, zmax=hi, name=panel.title, showscale=not shared or n == 0,
-                                 colorbar=dict(x=x1 + 0.005, xanchor="left", y=(y0 + y1) / 2, len=y1 - y0,
-                                               thickness=10), **grid), row, col)
+        fig.add_trace(go.Heatmap(z=panel.values, colorscale=scale.colours[1], zmin=scale.lo, zmax=scale.hi,
+                                 name=panel.title, showscale=n in colorbars, colorbar=colorbars.get(n), **grid),
+                      row, col)
         if axis.marks:
             q, k, bad = zip(*axis.marks)
             fig.add_trace(go.Scatter(
@@ -174,8 +259,8 @@ def _plotly_grid(panels: list[Panel], axis: TokenAxis, ncols: int, shared: bool)
         # Fixed ranges: markers would otherwise pad the autorange with an empty band.
         fig.update_xaxes(title_text="key", range=[-0.5, n_shown - 0.5], row=row, col=col, **ticks)
         fig.update_yaxes(title_text="query", range=[n_shown - 0.5, -0.5], row=row, col=col, **ticks)
-    fig.update_layout(width=140 + 470 * ncols, height=100 + 440 * nrows, plot_bgcolor=HIDDEN_COLOR,
-                      showlegend=False, margin=dict(l=60, r=60, t=60, b=60))
+    fig.update_layout(width=size.width, height=size.height, plot_bgcolor=HIDDEN_COLOR, showlegend=False,
+                      margin=size.margin)
     return fig
 
 
@@ -184,36 +269,34 @@ def _check_backend(backend: str) -> None:
         raise ValueError(f"backend must be 'plotly' or 'matplotlib', got {backend!r}")
 
 
-def _font_size(n_ticks: int) -> float:
-    return float(np.clip(360 / max(n_ticks, 1), 5, 10))
-
-
-def _matplotlib_grid(panels: list[Panel], axis: TokenAxis, ncols: int, shared: bool) -> Figure:
+def _matplotlib_grid(panels: list[Panel], axis: TokenAxis, ncols: int, shared: bool | str) -> Figure:
     nrows = math.ceil(len(panels) / ncols)
-    fig = Figure(figsize=(4.8 * ncols, 4.4 * nrows), layout="constrained")
+    size = GridSize.of(len(panels), ncols, len(axis.positions), shared)
+    fig = Figure(figsize=(size.width / MPL_PX_PER_INCH, size.height / MPL_PX_PER_INCH), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-    size = float(np.clip(230 / len(axis.positions), 2, 12)) ** 2
-    for n, (ax, panel, (lo, hi)) in enumerate(zip(axes, panels, _limits(panels, shared))):
-        cmap = matplotlib.colormaps[(DIVERGING if panel.signed else SEQUENTIAL)[0]]
-        norm = Normalize(lo, hi)
-        rgba = cmap(norm(np.nan_to_num(panel.values)))
-        rgba[panel.zero] = to_rgba(ZERO_COLOR)
-        rgba[panel.hidden] = to_rgba(HIDDEN_COLOR)
-        ax.imshow(rgba, interpolation="nearest")
-        if not shared or n == 0:
-            fig.colorbar(ScalarMappable(norm, cmap), ax=axes[:len(panels)] if shared else ax, shrink=0.85)
+    font = TICK_FONT_PX * MPL_PT_PER_PX
+    mark_area = min(12.0, MPL_PT_PER_PX * size.side / len(axis.positions)) ** 2
+    for scale in colour_scales(panels, ncols, shared):
+        cmap, norm = matplotlib.colormaps[scale.colours[0]], Normalize(scale.lo, scale.hi)
+        fig.colorbar(ScalarMappable(norm, cmap), ax=[axes[i] for i in scale.panels], shrink=0.85)
+        for n in scale.panels:
+            panel, ax = panels[n], axes[n]
+            rgba = cmap(norm(np.nan_to_num(panel.values)))
+            rgba[panel.zero] = to_rgba(ZERO_COLOR)
+            rgba[panel.hidden] = to_rgba(HIDDEN_COLOR)
+            ax.imshow(rgba, interpolation="nearest")
+    for ax, panel in zip(axes, panels):
         ax.set_title(panel.title)
         ax.set_xlabel("key")
         ax.set_ylabel("query")
-        font = _font_size(len(axis.ticks)) * 0.8
         ax.set_xticks(axis.ticks, axis.tick_text, rotation=90, fontsize=font, fontfamily="monospace")
         ax.set_yticks(axis.ticks, axis.tick_text, fontsize=font, fontfamily="monospace")
         for label, color in [*zip(ax.get_xticklabels(), axis.tick_color), *zip(ax.get_yticklabels(), axis.tick_color)]:
             label.set_color(color)
         if axis.marks:
             q, k, bad = zip(*axis.marks)
-            ax.scatter(k, q, s=size, marker="s", facecolors="none", linewidths=1.2,
+            ax.scatter(k, q, s=mark_area, marker="s", facecolors="none", linewidths=1.2,
                        edgecolors=[WRONG_COLOR if b else IDEAL_COLOR for b in bad])
     for ax in axes[len(panels):]:
         ax.set_axis_off()
@@ -222,15 +305,18 @@ def _matplotlib_grid(panels: list[Panel], axis: TokenAxis, ncols: int, shared: b
 
 def heatmap_grid(panels: Mapping[str, torch.Tensor], tokens=None, *, labels: Sequence[str] | None = None,
                  wrong: Iterable[int] = (), window: tuple[int, int] | None = None, stride: int = 1,
-                 causal: bool = True, signed: bool | None = None, shared_scale: bool = False,
-                 ncols: int | None = None, max_ticks: int = 64, backend: str = "plotly"):
+                 causal: bool = True, signed: bool | None = None, shared_scale: bool | str = False,
+                 ncols: int | None = None, max_ticks: int | None = None, backend: str = "plotly"):
     """A grid of ``[query_pos, key_pos]`` maps of one sequence, ``{title: map}``, row-major.
 
     ``tokens``/``labels``/``wrong``/``window``/``stride``/``max_ticks``: see :func:`token_axis`
     (a window keeps long sequences readable: ``window=(448, 512)`` or ``stride=8``).
     ``causal``: grey out j > i (False for maps defined everywhere). ``signed``: force the
     diverging scale (default: when the shown entries have a negative value). ``shared_scale``:
-    one colour range for all panels (for maps of one kind, e.g. all heads' patterns).
+    one colour range and colour bar for all panels (``True``: maps of one kind, e.g. all heads'
+    patterns), per row (``"rows"``: panels compared side by side) or per column (``"columns"``:
+    one kind of map per column); a shared range is diverging when any of its panels is signed.
+    Each panel is :func:`panel_px` pixels square.
     """
     _check_backend(backend)
     if not panels:
@@ -243,7 +329,7 @@ def heatmap_grid(panels: Mapping[str, torch.Tensor], tokens=None, *, labels: Seq
 
 
 def _render_grid(panels: Mapping[str, torch.Tensor], axis: TokenAxis, causal: bool, signed: bool | None,
-                 ncols: int | None, shared_scale: bool, backend: str):
+                 ncols: int | None, shared_scale: bool | str, backend: str):
     built = [_panel(title, m, axis, causal, signed) for title, m in panels.items()]
     render = _plotly_grid if backend == "plotly" else _matplotlib_grid
     return render(built, axis, ncols or min(len(built), 4), shared_scale)
@@ -256,13 +342,14 @@ def heatmap(m, tokens=None, *, title: str = "", **options):
 
 
 def automaton_heatmap_grid(panels: Mapping[str, torch.Tensor], inputs, *, wrong: Iterable[int] = (),
-                           window: tuple[int, int] | None = None, stride: int = 1, max_ticks: int = 64,
+                           window: tuple[int, int] | None = None, stride: int = 1, max_ticks: int | None = None,
                            backend: str = "plotly"):
     """:func:`heatmap_grid` for one flip-flop automaton input sequence ``[T]`` (sigma_0 / sigma_1 /
     bottom = 0 / 1 / 2; flip-flop paper Fig. 5, 14, 16): axes labelled ``0`` / ``1`` (the writes,
     orange / blue) and ``_`` (bottom); every position is a prediction, so each one's ideal cell
     (query = the position, key = its most recent write, Fig. 5c) is outlined in cyan, or red
-    where ``wrong`` says the prediction there is wrong (its labels are red too)."""
+    where ``wrong`` says the prediction there is wrong (its labels are red too). All panels
+    share one colour scale."""
     _check_backend(backend)
     inputs = np.asarray(torch.as_tensor(inputs).cpu()).astype(np.int64)
     axis = token_axis(len(inputs), labels=[AUTOMATON_VOCAB[x] for x in inputs], wrong=wrong, window=window,
@@ -273,7 +360,7 @@ def automaton_heatmap_grid(panels: Mapping[str, torch.Tensor], inputs, *, wrong:
     index = {int(t): i for i, t in enumerate(axis.positions)}
     last_write = automaton_write_positions(inputs)
     axis.marks = [(i, index[int(last_write[t])], t in wrong) for t, i in index.items() if int(last_write[t]) in index]
-    return _render_grid(panels, axis, True, None, None, False, backend)
+    return _render_grid(panels, axis, True, None, None, True, backend)
 
 
 def layer_head_panels(maps: Maps, seq: int = 0, prefix: str = "") -> dict[str, torch.Tensor]:
@@ -292,60 +379,162 @@ def attention_grid(maps: Maps, tokens=None, *, seq: int = 0, **options):
 def compare(panels_a: Mapping[str, torch.Tensor], panels_b: Mapping[str, torch.Tensor], tokens=None, *,
             names: tuple[str, str] = ("A", "B"), **options):
     """Two models on the same sequence side by side (TRA vs FoT, TRA paper App. A): row r shows
-    the r-th map of each model; each panel has its own colour range unless ``shared_scale``."""
+    the r-th map of each model, both on one colour scale (``shared_scale="rows"`` unless given)."""
     if len(panels_a) != len(panels_b):
         raise ValueError(f"{names[0]} has {len(panels_a)} maps and {names[1]} {len(panels_b)}; pair them up")
     rows = {}
     for (title_a, a), (title_b, b) in zip(panels_a.items(), panels_b.items()):
         rows[f"{names[0]}: {title_a}"] = a
         rows[f"{names[1]}: {title_b}"] = b
-    return heatmap_grid(rows, tokens, ncols=2, **options)
+    return heatmap_grid(rows, tokens, ncols=2, **{"shared_scale": "rows", **options})
+
+
+MAX_LOG_TICKS = 12
+
+
+def log_ticks(values: Iterable[float], measured: bool = False) -> tuple[list[float], tuple[float, float] | None]:
+    """Ticks for a log axis over ``values``, and the range that shows them (None: the data's).
+
+    ``measured`` values (the lengths a sweep ran at) are their own ticks when there are at most
+    ``MAX_LOG_TICKS``; otherwise the ticks are the 1-2-5 steps within the values (powers of 10
+    where those are too many), or the two steps around them when fewer than two fall inside.
+    """
+    positive = np.unique([v for v in map(float, values) if math.isfinite(v) and v > 0])
+    if not positive.size:
+        return [], None
+    if measured and len(positive) <= MAX_LOG_TICKS:
+        return positive.tolist(), None
+    lo, hi = positive[0], positive[-1]
+    decades = range(math.floor(math.log10(lo)), math.floor(math.log10(hi)) + 2)
+    for mantissas in ((1, 2, 5), (1,)):
+        steps = [m * 10.0 ** e for e in decades for m in mantissas]
+        inside = [v for v in steps if lo <= v <= hi]
+        if len(inside) < 2:
+            around = [max(v for v in steps if v <= lo), min(v for v in steps if v >= hi)]
+            return around, (around[0], around[1])
+        if len(inside) <= MAX_LOG_TICKS:
+            return inside, None
+    return inside[::math.ceil(len(inside) / MAX_LOG_TICKS)], None
+
+
+@dataclass
+class AxisStyle:
+    """How a chart axis reads, the same in both backends. A log axis is labelled at
+    :func:`log_ticks`, written in full (plotly would label its minor ticks 2, 3, 5). A linear
+    axis of values (not the measured x) that are never negative (counts, rates, weights)
+    starts at 0, and shows 0 to 1 when every value is 0 (rather than a band around 0)."""
+
+    label: str
+    log: bool = False
+    ticks: list[float] | None = None
+    range: tuple[float, float] | None = None
+    from_zero: bool = False
+
+    @classmethod
+    def of(cls, values: Iterable[float], label: str, log: bool = False, measured: bool = False) -> AxisStyle:
+        values = np.asarray(list(values), dtype=float)
+        values = values[np.isfinite(values)]
+        if log:
+            return cls(label, True, *log_ticks(values, measured))
+        if measured or (values.size and values.min() < 0):
+            return cls(label)
+        return cls(label, from_zero=True, range=None if values.size and values.max() > 0 else (0.0, 1.0))
+
+    def plotly(self) -> dict:
+        style = dict(title_text=self.label)
+        if self.log:
+            style["type"] = "log"
+        if self.ticks:
+            style |= dict(tickmode="array", tickvals=self.ticks, ticktext=[f"{v:g}" for v in self.ticks])
+        if self.range:
+            style["range"] = [math.log10(v) for v in self.range] if self.log else list(self.range)
+        if self.from_zero:
+            style["rangemode"] = "tozero"
+        return style
+
+    def matplotlib(self, ax, which: str) -> None:
+        """Apply to ``ax``'s ``which`` (``"x"``/``"y"``) axis, after plotting: a scale resets the ticks."""
+        axis, limits = (ax.xaxis, ax.set_xlim) if which == "x" else (ax.yaxis, ax.set_ylim)
+        axis.set_label_text(self.label)
+        if self.log:
+            (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+        if self.ticks:
+            axis.set_ticks(self.ticks, [f"{v:g}" for v in self.ticks])
+            axis.set_minor_locator(NullLocator())
+        if self.range:
+            limits(*self.range)
+        elif self.from_zero:
+            limits(0, None)
+
+
+def series_traces(data: pd.DataFrame, series: str | None) -> list[tuple[str | None, pd.DataFrame]]:
+    """``(trace name, rows)`` per value of ``series`` in sorted order: the value itself
+    (``"rope-mech L0 H0"``, ``"all reads"``), or ``"layer 0"`` for a number, which alone
+    says nothing. Without a series: one unnamed trace."""
+    if series is None:
+        return [(None, data)]
+    word = series.replace("_", " ") if pd.api.types.is_numeric_dtype(data[series]) else None
+    return [(f"{word} {value:g}" if word else str(value), rows)
+            for value, rows in data.groupby(series, sort=True, observed=True)]
 
 
 def chart(frame: pd.DataFrame, x: str, y: str = "value", *, series: str | None = None, kind: str = "line",
           reference: tuple[Sequence, Sequence, str] | None = None, title: str = "", xlabel: str | None = None,
           ylabel: str | None = None, log_x: bool = False, log_y: bool = False, backend: str = "plotly"):
-    """A line or grouped-bar chart of a tidy frame, one trace per value of ``series``, with an
-    optional dashed ``reference`` = (xs, ys, label) (the uniform baseline, the Gaussian tail,
-    linear growth). The x values are sorted; an ordered ``pd.Categorical`` keeps its own order."""
+    """A line or grouped-bar chart of a tidy frame, one trace per value of ``series`` (named as
+    :func:`series_traces` says; the legend has no title), with an optional dashed
+    ``reference`` = (xs, ys, label) (the uniform baseline, the Gaussian tail, linear growth).
+    The x values are sorted; an ordered ``pd.Categorical`` keeps its own order. The axes read
+    as :class:`AxisStyle` says: a log x axis is labelled at the x values themselves."""
     _check_backend(backend)
     if kind not in ("line", "bar"):
         raise ValueError(f"kind must be 'line' or 'bar', got {kind!r}")
     data = frame.sort_values([x] + ([series] if series else []))
-    xlabel, ylabel = xlabel or x, ylabel or y
-    markers = data[x].nunique() <= 32     # dots on short lines; a long one (per position) stays a line
+    traces = series_traces(data, series)
+    reference_x, reference_y = (list(reference[0]), list(reference[1])) if reference else ([], [])
+    xlabel, ylabel = xlabel or x.replace("_", " "), ylabel or y.replace("_", " ")
+    xaxis = (AxisStyle.of([*data[x], *reference_x], xlabel, log_x, measured=True) if kind == "line"
+             else AxisStyle(xlabel))
+    yaxis = AxisStyle.of([*data[y], *reference_y], ylabel, log_y)
+    categories = list(dict.fromkeys(data[x]))          # sorted above, categories in their order
+    markers = len(categories) <= 32     # dots on short lines; a long one (per position) stays a line
     if backend == "plotly":
-        data = data.assign(**{series: data[series].astype(str)}) if series else data
-        style = {"markers": markers} if kind == "line" else {"barmode": "group"}
-        fig = (px.line if kind == "line" else px.bar)(data, x=x, y=y, color=series, log_x=log_x, log_y=log_y,
-                                                     title=title, labels={x: xlabel, y: ylabel}, **style)
-        if kind == "bar":
-            fig.update_xaxes(type="category")
+        fig = go.Figure()
+        for name, rows in traces:
+            hover = f"{xlabel} %{{x}}<br>{ylabel} %{{y:.4g}}<extra>{name or ''}</extra>"
+            # On an axis from 0, markers go over the axes (in matplotlib too): a value at 0 shows whole.
+            trace = (go.Scatter(mode="lines+markers" if markers else "lines", cliponaxis=not yaxis.from_zero)
+                     if kind == "line" else go.Bar())
+            fig.add_trace(trace.update(x=rows[x].tolist(), y=rows[y].tolist(), name=name, hovertemplate=hover))
         if reference:
-            fig.add_trace(go.Scatter(x=list(reference[0]), y=list(reference[1]), name=reference[2],
-                                     mode="lines+markers", line=dict(dash="dash", color="black")))
+            fig.add_trace(go.Scatter(x=reference_x, y=reference_y, name=reference[2], mode="lines+markers",
+                                     line=dict(dash="dash", color="black")))
+        fig.update_xaxes(**xaxis.plotly())
+        if kind == "bar":
+            fig.update_xaxes(type="category", categoryorder="array", categoryarray=categories)
+        fig.update_yaxes(**yaxis.plotly())
+        fig.update_layout(title=title, barmode="group", showlegend=bool(series or reference))
         return fig
     fig = Figure(figsize=(6.4, 4.0), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel, xscale="log" if log_x else "linear",
-           yscale="log" if log_y else "linear")   # before the ticks: setting a scale resets them
-    groups = list(data.groupby(series, sort=True)) if series else [(None, data)]
+    ax.set_title(title)
     if kind == "line":
-        for name, group in groups:
-            ax.plot(group[x], group[y], marker="o" if markers else None, label=f"{series} {name}" if series else None)
-        place = list(reference[0]) if reference else []
+        for name, rows in traces:
+            ax.plot(rows[x], rows[y], marker="o" if markers else None, label=name, clip_on=not yaxis.from_zero)
+        place = reference_x
     else:
-        categories = list(dict.fromkeys(data[x]))      # sorted above, categories in their order
         where = {c: i for i, c in enumerate(categories)}
-        width = 0.8 / len(groups)
-        for n, (name, group) in enumerate(groups):
-            offset = (n - (len(groups) - 1) / 2) * width
-            ax.bar([where[v] + offset for v in group[x]], group[y], width, label=f"{series} {name}" if series else None)
+        width = 0.8 / len(traces)
+        for n, (name, rows) in enumerate(traces):
+            offset = (n - (len(traces) - 1) / 2) * width
+            ax.bar([where[v] + offset for v in rows[x]], rows[y], width, label=name)
         ax.set_xticks(range(len(categories)), [str(c) for c in categories])
-        place = [where[v] for v in reference[0]] if reference else []
+        place = [where[v] for v in reference_x]
     if reference:
-        ax.plot(place, list(reference[1]), "k--", marker="_", markersize=14, label=reference[2])
+        ax.plot(place, reference_y, "k--", marker="_", markersize=14, label=reference[2])
+    xaxis.matplotlib(ax, "x")
+    yaxis.matplotlib(ax, "y")
     if series or reference:
         ax.legend(fontsize=8)
     return fig
@@ -534,13 +723,39 @@ def patching_heatmap(summary: pd.DataFrame, x: str = "offset", y: str = "compone
     return fig
 
 
-def save(fig, path) -> Path:
-    """Write a figure: plotly to a self-contained ``.html`` (plotly.js inline, opens offline) or
-    ``.json``; matplotlib to ``.png``/``.pdf``/``.svg``."""
+CHART_HEIGHT_PX = 600     # a page's figure without a height of its own (plotly would draw 450)
+PAGE_STYLE = ("body { font-family: system-ui, sans-serif; color: #222; margin: 16px 24px; } "
+              "p.caption { color: #444; max-width: 900px; line-height: 1.45; }")
+
+
+def html_page(fig: go.Figure, title: str, caption: str = "", include_plotlyjs: bool | str = True,
+              div_id: str | None = None) -> str:
+    """A page of one plotly figure: ``title`` as the page's <title> and its heading, the
+    ``caption`` paragraph under it, then the figure. ``include_plotlyjs`` as plotly's
+    ``to_html`` (``"directory"``: a ``plotly.min.js`` beside the page)."""
+    figure = fig.to_html(include_plotlyjs=include_plotlyjs, full_html=False, div_id=div_id,
+                         default_height=f"{CHART_HEIGHT_PX}px")
+    text = f'<p class="caption">{html.escape(caption)}</p>' if caption else ""
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f'<style>{PAGE_STYLE}</style></head>\n<body>\n<h1>{html.escape(title)}</h1>\n{text}\n{figure}\n'
+            '</body>\n</html>\n')
+
+
+def save(fig, path, *, title: str | None = None, caption: str = "", shared_plotlyjs: bool = False,
+         div_id: str | None = None) -> Path:
+    """Write a figure: plotly to an ``.html`` page (:func:`html_page`; the title defaults to the
+    figure's, else the file name) or ``.json``; matplotlib to ``.png``/``.pdf``/``.svg``. A page
+    opens offline: plotly.js is inline, or with ``shared_plotlyjs`` one ``plotly.min.js``
+    beside the pages of a folder."""
     path = Path(path)
     if isinstance(fig, go.Figure):
         if path.suffix == ".html":
-            fig.write_html(path, include_plotlyjs=True, full_html=True)
+            title = title or fig.layout.title.text or path.stem
+            path.write_text(html_page(fig, title, caption, "directory" if shared_plotlyjs else True, div_id),
+                            encoding="utf-8")
+            bundle = path.parent / "plotly.min.js"
+            if shared_plotlyjs and not bundle.exists():
+                bundle.write_text(get_plotlyjs(), encoding="utf-8")
         elif path.suffix == ".json":
             fig.write_json(path)
         else:

@@ -5,8 +5,6 @@ it writes, the CLI, and the report loaded in a real headless Chromium."""
 import html
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +21,11 @@ from interp.metrics import (
     bit_carrier_attention, bit_carrier_summary, cache_maps, max_abs_weight, sink_ratio, summarise, survivor_counts,
 )
 from interp.tasks import load_split
+from support import chromium, needs_chromium
 
 N = 3                     # sequences per split
 LENGTHS = (32, 64)        # the probe length is 64, the one closest to 512
 PNGS = ("attention_final_layer", "error_by_dependency", "sparsity", "sink_ratio", "survivors")
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 TWO_VIEWS = next((name for name in ("tda", "diff") if name in models.MODEL_NAMES), "rope")
 
 
@@ -194,21 +192,18 @@ PROBE = """<script>
 def load_in_chromium(page: Path, tmp_path: Path) -> tuple[str, list[str], list[int]]:
     """The DOM after the page ran (virtual time: the budget passes as soon as nothing is
     pending), the errors it raised and the pixel widths of its images."""
-    if CHROMIUM is None:
-        pytest.skip("Chromium is not installed (Debian: apt-get install chromium); the report was not browser-tested")
     probed = tmp_path / f"probed_{page.name}"
     probed.write_text(page.read_text().replace("<head>", "<head>" + PROBE, 1))
-    run = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
-         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=20000", "--dump-dom", probed.as_uri()],
-        capture_output=True, text=True, timeout=180)
-    assert run.returncode == 0, run.stderr[-2000:]
+    run = chromium(tmp_path, "--enable-logging=stderr", "--v=0", "--virtual-time-budget=20000", "--dump-dom",
+                   probed.as_uri())
     root = re.search(r"<html([^>]*)>", run.stdout)[1]
     attribute = lambda name: json.loads(html.unescape(m[1])) if (m := re.search(rf'{name}="([^"]*)"', root)) else None
     uncaught = [line for line in run.stderr.splitlines() if "CONSOLE" in line and "Uncaught" in line]
     return run.stdout, (attribute("data-errors") or []) + uncaught, attribute("data-images")
 
 
+@pytest.mark.browser
+@needs_chromium
 def test_the_browser_probe_catches_errors(tmp_path):
     page = tmp_path / "broken.html"
     page.write_text('<!DOCTYPE html><html><head></head><body><script>console.error("boom"); nope();</script>'
@@ -219,6 +214,8 @@ def test_the_browser_probe_catches_errors(tmp_path):
     assert images == [1]
 
 
+@pytest.mark.browser
+@needs_chromium
 def test_report_renders_in_headless_chromium(diagnosed, tmp_path):
     _, result = diagnosed(TWO_VIEWS)
     page = result.files["report"]

@@ -3,6 +3,7 @@ CSV and caption, the numbers behind it have the shape the paper's figure needs, 
 added for the figures give known answers. Nothing here depends on trained weights."""
 
 import functools
+import html
 import json
 
 import matplotlib.image
@@ -50,10 +51,11 @@ def check_written(found: list, tmp_path, stems: list[str]) -> dict:
     """Write each figure; check its files, caption and CSV; return ``{stem: figure}``."""
     assert [f.stem for f in found] == stems
     for figure in found:
-        png, html, csv = write_figure(figure, tmp_path)
+        png, page_file, csv = write_figure(figure, tmp_path)
         assert matplotlib.image.imread(png).ndim == 3
-        page = html.read_text()
+        page = page_file.read_text()
         assert f'id="{figure.stem}"' in page and 'src="plotly.min.js"' in page
+        assert f"<title>{html.escape(figure.title)}</title>" in page and html.escape(figure.caption) in page
         assert (tmp_path / "plotly.min.js").exists()
         assert len(pd.read_csv(csv)) == len(figure.data) > 0
         assert "paper" in figure.caption and "nan" not in figure.caption.lower()
@@ -209,7 +211,7 @@ def test_make_figures_merges_captions_and_skips_table1(tmp_path, capsys):
     assert list(captions) == ["03_tda_inhibition", "07_automaton_attention"]
     index = (tmp_path / "index.md").read_text()
     for stem, caption in captions.items():
-        assert f"![{stem}]({stem}.png)" in index and caption in index
+        assert f"## {stem}: {figures.TITLES[stem]}" in index and f"![{stem}]({stem}.png)" in index and caption in index
     with pytest.raises(ValueError, match="unknown figures"):
         make_figures(tmp_path, ["fig99"], load=tiny)
 

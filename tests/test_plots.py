@@ -1,6 +1,8 @@
 """Plots draw what they are given: masked data, token labels, marks, colours, files."""
 
+import io
 import re
+import warnings
 
 import matplotlib.image
 import numpy as np
@@ -13,6 +15,7 @@ from matplotlib.colors import to_rgba
 from interp import plots
 from interp.metrics import error_rate_by_dependency, read_table, sink_ratio, sparsity, tail_probabilities
 from interp.tasks.text import parse_sequence
+from support import plot_gallery
 
 TEXT = "w1i0i1r1w0r0i1r0"      # reads at 6 (last write 0), 10 and 14 (last write 8)
 PAIRS = ["w1", "i0", "i1", "r1", "w0", "r0", "i1", "r0"]
@@ -128,7 +131,7 @@ def test_grid_of_layers_and_heads_and_side_by_side_comparison():
     grid = plots.attention_grid(maps, TOKENS, seq=1)
     heatmaps = [t for t in grid.data if isinstance(t, go.Heatmap) and t.name != "exact zero"]
     assert [a.text for a in grid.layout.annotations] == ["L0 H0", "L0 H1", "L1 H0", "L1 H1"]
-    assert [h.showscale for h in heatmaps] == [True, False, False, False]
+    assert [h.showscale for h in heatmaps] == [False, False, False, True]
     assert len({h.zmax for h in heatmaps}) == 1        # one colour scale across the grid
     np.testing.assert_array_equal(np.asarray(heatmaps[3].z, dtype=float),
                                   expected_values(3 * sample_map(seed=4), np.arange(T))[0])
@@ -138,7 +141,7 @@ def test_grid_of_layers_and_heads_and_side_by_side_comparison():
                          {"pattern": maps[0][0, 0], "D_bar": maps[0][0, 1]}, TOKENS, names=("TRA", "FoT"))
     assert [a.text for a in side.layout.annotations] == ["TRA: pattern", "FoT: pattern", "TRA: D_bar", "FoT: D_bar"]
     mains = [t for t in side.data if isinstance(t, go.Heatmap) and t.name != "exact zero"]
-    assert [h.zmin < 0 for h in mains] == [False, False, True, False]
+    assert [h.zmin < 0 for h in mains] == [False, False, True, True], "a row with a signed map is signed"
     with pytest.raises(ValueError, match="differ in shape"):
         plots.heatmap_grid({"a": torch.rand(4, 4), "b": torch.rand(5, 5)})
 
@@ -183,3 +186,121 @@ def test_metric_charts_show_the_frames(tmp_path):
     assert list(errors.data[0].x) == [2, 6] and list(errors.data[0].y) == [0.0, 1 / 6]
     with pytest.raises(ValueError, match="no 'survivors' rows"):
         plots.survivor_chart(frame)
+
+
+# --- readable figures: what each one looks like, on the figure objects ----------------------------
+
+RAW_COLUMNS = ("model_layer", "layer_scores", "seq_len", "dependency_length", "reads")
+
+
+def main_heatmaps(fig) -> list[go.Heatmap]:
+    return [t for t in fig.data if isinstance(t, go.Heatmap) and t.name != "exact zero"]
+
+
+def panel_side(fig) -> tuple[float, float]:
+    """Width and height in pixels of a plotly grid's first panel."""
+    layout, margin = fig.layout, fig.layout.margin
+    (x0, x1), (y0, y1) = layout.xaxis.domain, layout.yaxis.domain
+    return (x1 - x0) * (layout.width - margin.l - margin.r), (y1 - y0) * (layout.height - margin.t - margin.b)
+
+
+@pytest.mark.parametrize("n", [16, 64, 128, 512])
+def test_heatmaps_grow_with_their_tokens_and_keep_tick_labels_apart(n):
+    fig = plots.heatmap(torch.rand(n, n).tril(), parse_sequence(TEXT * (n // T)))
+    width, height = panel_side(fig)
+    expected = np.clip(n * plots.CELL_PX, *plots.PANEL_PX)
+    assert width == pytest.approx(expected, abs=1) and height == pytest.approx(expected, abs=1)
+    names = list(fig.data[1].x)
+    shown = [names.index(v) for v in fig.layout.xaxis.tickvals]
+    assert np.diff(shown).min() * width / n >= plots.TICK_SPACING_PX       # labels never overlap
+    if n <= 128:     # the report's 128-token window: 6 px a token, every instruction pair labelled
+        assert shown == list(range(0, n, 2))
+    static = plots.heatmap(torch.rand(n, n).tril(), parse_sequence(TEXT * (n // T)), backend="matplotlib")
+    assert tuple(static.get_size_inches() * plots.MPL_PX_PER_INCH) == pytest.approx((fig.layout.width, fig.layout.height))
+    assert list(static.axes[0].get_xticks()) == shown
+
+
+def test_log_axes_are_labelled_at_the_lengths_measured():
+    lengths = [128, 256, 512, 1024, 2048]
+    sinks = pd.DataFrame({"metric": "gsink_ratio", "key_pos": 0, "layer": 0, "head": 0, "map": "pattern",
+                          "seq_len": lengths, "value": [0.9, 1.0, 1.1, 1.2, 1.3], "model": "rope-mech"})
+    xaxis = plots.sink_ratio_chart(sinks).layout.xaxis
+    assert xaxis.type == "log" and list(xaxis.tickvals) == lengths
+    assert list(xaxis.ticktext) == ["128", "256", "512", "1024", "2048"]
+    static = plots.sink_ratio_chart(sinks, backend="matplotlib").axes[0]
+    assert list(static.get_xticks()) == lengths and [t.get_text() for t in static.get_xticklabels()][0] == "128"
+    assert len(static.xaxis.get_minorticklocs()) == 0
+    # Many values, or values on a log y axis: 1-2-5 steps, written out.
+    assert plots.log_ticks(range(1, 513), measured=True) == ([1, 2, 5, 10, 20, 50, 100, 200, 500], None)
+    assert plots.log_ticks([3.1, 4.5]) == ([2, 5], (2, 5))                 # too narrow: the steps around it
+    ticks, _ = plots.log_ticks([1e-5, 0.5, 0.0])                           # too many 1-2-5 steps: decades
+    assert ticks == pytest.approx([1e-5, 1e-4, 1e-3, 1e-2, 1e-1])
+    survivors = pd.DataFrame({"metric": "survivors", "layer": 0, "map": "pattern", "seq_len": lengths,
+                              "value": np.array(lengths) / 3})
+    assert list(plots.survivor_chart(survivors).layout.yaxis.ticktext) == ["50", "100", "200", "500"]
+    # A 0 on a log axis (a layer with no survivor) is left out, not drawn off to minus infinity.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plots.survivor_chart(survivors.assign(value=[0.0, 1, 2, 3, 4]), backend="matplotlib").savefig(io.BytesIO())
+
+
+def test_value_axes_start_at_zero_and_no_errors_read_as_zero():
+    tokens = np.stack([parse_sequence(TEXT)] * 3)
+    right = np.roll(tokens, -1, axis=1)
+    none_wrong = error_rate_by_dependency(read_table(tokens, right))
+    yaxis = plots.error_rate_chart(none_wrong).layout.yaxis
+    assert yaxis.rangemode == "tozero" and list(yaxis.range) == [0, 1]          # not -1..1
+    assert plots.error_rate_chart(none_wrong, backend="matplotlib").axes[0].get_ylim() == (0, 1)
+    right[1, 14] = 4
+    some_wrong = error_rate_by_dependency(read_table(tokens, right))
+    yaxis = plots.error_rate_chart(some_wrong).layout.yaxis
+    assert yaxis.rangemode == "tozero" and yaxis.range is None
+    assert plots.error_rate_chart(some_wrong, backend="matplotlib").axes[0].get_ylim()[0] == 0
+    signed = pd.DataFrame({"layer": [0, 1], "value": [-0.2, 0.3]})
+    assert plots.chart(signed, "layer", kind="bar").layout.yaxis.rangemode is None
+
+
+def test_legends_name_every_trace_in_words():
+    for name, fig in plot_gallery().items():
+        assert not fig.layout.legend.title.text, f"{name}: a legend title"
+        if fig.layout.showlegend is False:
+            continue
+        labels = [t.name for t in fig.data if isinstance(t, (go.Scatter, go.Bar)) and t.showlegend is not False]
+        assert all(labels), f"{name}: a trace without a name"
+        for label in labels:
+            assert not label.isdigit() and not any(c in label for c in RAW_COLUMNS), f"{name}: trace {label!r}"
+    reads = pd.DataFrame({"bin": [0, 16, 0, 16], "share": [0.6, 0.4, 0.2, 0.8],
+                          "reads": ["all reads", "all reads", "wrong reads", "wrong reads"]})
+    by_head = pd.DataFrame({"layer": [0, 0, 1, 1], "head": [0, 1, 0, 1], "value": [0.1, 0.2, 0.3, 0.4]})
+    for frame, x, y, series, names in ((reads, "bin", "share", "reads", ["all reads", "wrong reads"]),
+                                       (by_head, "layer", "value", "head", ["head 0", "head 1"])):
+        assert [t.name for t in plots.chart(frame, x, y, series=series, kind="bar").data] == names
+        legend = plots.chart(frame, x, y, series=series, kind="bar", backend="matplotlib").axes[0].get_legend()
+        assert [t.get_text() for t in legend.get_texts()] == names and legend.get_title().get_text() == ""
+
+
+def test_panels_compared_side_by_side_share_one_colour_scale():
+    a, b = {"pattern": sample_map(seed=1)}, {"pattern": 3 * sample_map(seed=2)}
+    side = plots.compare(a, b, TOKENS, names=("TRA", "FoT"))
+    left, right = main_heatmaps(side)
+    assert (left.zmin, left.zmax) == (right.zmin, right.zmax) and [left.showscale, right.showscale] == [False, True]
+    static = plots.compare(a, b, TOKENS, names=("TRA", "FoT"), backend="matplotlib")
+    assert len(static.axes) == 2 + 1, "one colour bar"
+    # One scale per kind of map, shared down its column: gates with gates, positions with positions.
+    panels = {"L0 gates": sample_map(seed=3), "L0 positions": 10 * sample_map(seed=4),
+              "L1 gates": sample_map(seed=5), "L1 positions": 20 * sample_map(seed=6)}
+    columns = main_heatmaps(plots.heatmap_grid(panels, TOKENS, ncols=2, shared_scale="columns"))
+    assert columns[0].zmax == columns[2].zmax < columns[1].zmax == columns[3].zmax
+    assert [h.showscale for h in columns] == [False, False, True, True]
+    with pytest.raises(ValueError, match="shared_scale"):
+        plots.heatmap_grid(panels, TOKENS, shared_scale="diagonal")
+
+
+def test_html_pages_carry_a_title_and_a_caption(tmp_path):
+    chart = plots.sparsity_chart(sparsity({0: uniform_map(T)}))
+    page = plots.save(chart, tmp_path / "sparsity.html", caption="Zeros <per> layer & head.").read_text()
+    assert "<title>Sparsity (exact zeros)</title>" in page and "<h1>Sparsity (exact zeros)</h1>" in page
+    assert '<p class="caption">Zeros &lt;per&gt; layer &amp; head.</p>' in page
+    untitled = plots.save(plots.heatmap(sample_map(), TOKENS), tmp_path / "pattern.html", shared_plotlyjs=True)
+    assert "<title>pattern</title>" in untitled.read_text() and 'src="plotly.min.js"' in untitled.read_text()
+    assert (tmp_path / "plotly.min.js").stat().st_size > 1_000_000
