@@ -464,10 +464,13 @@ def last_write_drift_figure(load: Loader, lengths: Sequence[int]) -> PaperFigure
     write's bit as inserted ignores push the write back, rope-mech vs tra-mech."""
     drift = last_write_drift(load, lengths=lengths)
     final = drift[drift.layer == drift.groupby("model").layer.transform("max")]
-    ends = "; ".join(f"{name}: {rows.carrier_weight.iloc[0]:.2f} at T = {rows.seq_len.iloc[0]}, "
-                     f"{rows.carrier_weight.iloc[-1]:.2f} at T = {rows.seq_len.iloc[-1]} (on the write itself at most "
-                     f"{rows.weight.max():.2f}), answer right at {int(rows.correct.sum())} of {len(rows)} lengths"
-                     for name, rows in final.groupby("model", sort=False))
+    # one row per length: the best head's weights (the heads share the read, so its correctness)
+    per_length = final.groupby(["model", "seq_len"], sort=False).agg(
+        carrier=("carrier_weight", "max"), weight=("weight", "max"), correct=("correct", "first"))
+    ends = "; ".join(f"{name}: best head {rows.carrier.iloc[0]:.2f} at T = {min(lengths)}, {rows.carrier.iloc[-1]:.2f} "
+                     f"at T = {max(lengths)} (on the write itself at most {rows.weight.max():.2f}), answer right at "
+                     f"{int(rows.correct.sum())} of {len(rows)} lengths"
+                     for name, rows in per_length.groupby(level="model", sort=False))
     caption = (
         f"Flip-flop paper Fig. 14, on the flip-flop language: one read whose only write is the first token, pushed "
         f"T - 2 tokens back by inserting ignore instructions (i0/i1, fixed bits) before it, T = {min(lengths)} to "
