@@ -40,6 +40,7 @@ VARYING = [
     (re.compile(r"^.*\d+%\|.*\|.*$", re.MULTILINE), "<progress bar>"),                       # tqdm
     (re.compile(re.escape(tempfile.gettempdir()) + r"/[^\s'\"),]*"), "<temporary path>"),
     (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),  # plotly div ids
+    (re.compile(r"\b[0-9a-f]{16,}\b"), "<tag>"),          # a checkpoint's fresh file names per save
     (re.compile(r"\b0x[0-9a-fA-F]{6,}\b"), "0x<address>"),
     (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|µs|us|s|sec|seconds|min)\b"), "<duration>"),
 ]

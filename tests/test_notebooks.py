@@ -45,12 +45,12 @@ def result(data):
 
 def test_comparison_ignores_what_varies_between_runs():
     committed = executed([
-        [stream("trained in 45.2 s at /tmp/glitchlens-01-ab12cd/fot\n"),
+        [stream("trained in 45.2 s at /tmp/glitchlens-01-ab12cd/fot: model.cfbe904a8f68a96b.safetensors\n"),
          stream("100%|##########| 150/150 [00:44<00:00, 3.36it/s]\n", "stderr")],
         [result({"text/plain": "<Model at 0x7f3a2b1c9d80>", "image/png": "AAAA"})],
     ])
     fresh = executed([
-        [stream("trained in 51.0 s at /tmp/glitchlens-01-zz99yy/fot\n"),
+        [stream("trained in 51.0 s at /tmp/glitchlens-01-zz99yy/fot: model.b6f246530e255bd8.safetensors\n"),
          stream("100%|##########| 150/150 [00:50<00:00, 2.95it/s]\n", "stderr")],
         [result({"text/plain": "<Model at 0x7f00deadbeef>", "image/png": "BBBB"})],
     ])
