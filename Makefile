@@ -1,4 +1,5 @@
-# GlitchLens: `make demo` (set up, train, evaluate, diagnose) and `make test` (set up, run the tests).
+# GlitchLens: `make demo` (set up, train, evaluate, diagnose), `make test` (set up, run the tests) and
+# `make notebooks` (execute the notebooks and write their outputs back, to commit with them).
 # torch is pinned and installed first (the local CPU wheel here); a GPU machine may pass its own
 #   make setup TORCH_SPEC="torch==2.13.0 --index-url <PyTorch's index for your CUDA>"
 PYTHON ?= python3
@@ -13,7 +14,7 @@ CALL_S ?= 480
 GPU_RUNS ?= runs/gpu
 GPU_TEST_WORKERS ?= 8
 
-.PHONY: setup demo test gpu-test gpu-bench gpu-specimen
+.PHONY: setup demo test notebooks gpu-test gpu-bench gpu-specimen
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -30,6 +31,9 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -ra -n $(TEST_WORKERS) --dist worksteal
+
+notebooks: setup
+	$(BIN)/python -m interp.notebooks
 
 gpu-test: setup
 	$(BIN)/python -m pytest -ra -n $(GPU_TEST_WORKERS) --dist worksteal

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 import plotly.colors
 import plotly.graph_objects as go
+import plotly.io as pio
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
@@ -143,17 +144,19 @@ class Panel:
     hidden: np.ndarray
     signed: bool
 
-
-def _panel(title: str, m, axis: TokenAxis, causal: bool, signed: bool | None) -> Panel:
-    m = torch.as_tensor(m).detach().double().cpu().numpy()
-    if m.ndim != 2 or m.shape[0] != m.shape[1]:
-        raise ValueError(f"panel {title!r}: expected one [query_pos, key_pos] map, got shape {m.shape}")
-    p = axis.positions
-    sub = m[np.ix_(p, p)]
-    hidden = p[None, :] > p[:, None] if causal else np.zeros(sub.shape, dtype=bool)
-    zero = (sub == 0) & ~hidden
-    signed = bool((sub[~hidden] < 0).any()) if signed is None else signed
-    return Panel(title, np.where(hidden | zero, np.nan, sub), zero, hidden, signed)
+    @classmethod
+    def of(cls, title: str, m, axis: TokenAxis, causal: bool, signed: bool | None) -> Panel:
+        """The ``[query_pos, key_pos]`` map ``m`` cut to ``axis``' positions; ``signed=None``: whether a
+        shown entry is negative."""
+        m = torch.as_tensor(m).detach().double().cpu().numpy()
+        if m.ndim != 2 or m.shape[0] != m.shape[1]:
+            raise ValueError(f"panel {title!r}: expected one [query_pos, key_pos] map, got shape {m.shape}")
+        p = axis.positions
+        sub = m[np.ix_(p, p)]
+        hidden = p[None, :] > p[:, None] if causal else np.zeros(sub.shape, dtype=bool)
+        zero = (sub == 0) & ~hidden
+        signed = bool((sub[~hidden] < 0).any()) if signed is None else signed
+        return cls(title, np.where(hidden | zero, np.nan, sub), zero, hidden, signed)
 
 
 @dataclass
@@ -220,16 +223,40 @@ class GridSize:
         return self.height - self.margin["t"] - self.margin["b"]
 
 
+def plotly_ticks(axis: TokenAxis) -> dict:
+    """Category-axis settings that label ``axis``' tick tokens in their role colours."""
+    return dict(type="category", tickmode="array", showgrid=False, tickfont=dict(size=TICK_FONT_PX),
+                tickvals=[axis.names[i] for i in axis.ticks],
+                ticktext=[f'<span style="color:{c}">{t}</span>' for t, c in zip(axis.tick_text, axis.tick_color)])
+
+
+def plotly_panel_traces(panel: Panel, axis: TokenAxis, scale: ColourScale, colorbar: dict | None,
+                        cell_px: float) -> list:
+    """The traces of one heatmap panel on category axes of ``axis.names``: its exact zeros in
+    black, its values on ``scale`` (with ``colorbar``, or none), each read's ideal cell outlined."""
+    grid = dict(x=axis.names, y=axis.names, hoverongaps=False, hovertemplate=HOVER)
+    traces = [go.Heatmap(z=np.where(panel.zero, 0.0, np.nan).astype(panel.values.dtype), colorscale=[[0, ZERO_COLOR], [1, ZERO_COLOR]],
+                         showscale=False, name="exact zero", **grid),
+              go.Heatmap(z=panel.values, colorscale=scale.colours[1], zmin=scale.lo, zmax=scale.hi, name=panel.title,
+                         showscale=colorbar is not None, colorbar=colorbar, **grid)]
+    if axis.marks:
+        q, k, bad = zip(*axis.marks)
+        traces.append(go.Scatter(
+            x=[axis.names[i] for i in k], y=[axis.names[i] for i in q], mode="markers", name="last write",
+            marker=dict(symbol="square-open", size=min(16, max(6, cell_px)),
+                        color=[WRONG_COLOR if b else IDEAL_COLOR for b in bad], line=dict(width=2)),
+            hovertext=[f"read {axis.names[a]}{' (wrong)' if b else ''}<br>last write {axis.names[c]}"
+                       for a, c, b in axis.marks], hoverinfo="text"))
+    return traces
+
+
 def _plotly_grid(panels: list[Panel], axis: TokenAxis, ncols: int, shared: bool | str) -> go.Figure:
     nrows = math.ceil(len(panels) / ncols)
     n_shown = len(axis.positions)
     size = GridSize.of(len(panels), ncols, n_shown, shared)
     fig = make_subplots(nrows, ncols, subplot_titles=[p.title for p in panels],
                         horizontal_spacing=size.gap_x / size.plot_width, vertical_spacing=size.gap_y / size.plot_height)
-    ticks = dict(type="category", tickmode="array", showgrid=False, tickfont=dict(size=TICK_FONT_PX),
-                 tickvals=[axis.names[i] for i in axis.ticks],
-                 ticktext=[f'<span style="color:{c}">{t}</span>' for t, c in zip(axis.tick_text, axis.tick_color)])
-    cell = size.side / n_shown
+    ticks = plotly_ticks(axis)
     domains = [fig.get_subplot(n // ncols + 1, n % ncols + 1) for n in range(len(panels))]
     colorbars, scale_of = {}, {}
     for scale in colour_scales(panels, ncols, shared):
@@ -241,26 +268,31 @@ def _plotly_grid(panels: list[Panel], axis: TokenAxis, ncols: int, shared: bool 
                                            len=size.side / size.plot_height, thickness=10)
         scale_of |= dict.fromkeys(scale.panels, scale)
     for n, panel in enumerate(panels):
-        row, col, scale = n // ncols + 1, n % ncols + 1, scale_of[n]
-        grid = dict(x=axis.names, y=axis.names, hoverongaps=False, hovertemplate=HOVER)
-        fig.add_trace(go.Heatmap(z=np.where(panel.zero, 0.0, np.nan), colorscale=[[0, ZERO_COLOR], [1, ZERO_COLOR]],
-                                 showscale=False, name="exact zero", **grid), row, col)
-        fig.add_trace(go.Heatmap(z=panel.values, colorscale=scale.colours[1], zmin=scale.lo, zmax=scale.hi,
-                                 name=panel.title, showscale=n in colorbars, colorbar=colorbars.get(n), **grid),
-                      row, col)
-        if axis.marks:
-            q, k, bad = zip(*axis.marks)
-            fig.add_trace(go.Scatter(
-                x=[axis.names[i] for i in k], y=[axis.names[i] for i in q], mode="markers", name="last write",
-                marker=dict(symbol="square-open", size=min(16, max(6, cell)),
-                            color=[WRONG_COLOR if b else IDEAL_COLOR for b in bad], line=dict(width=2)),
-                hovertext=[f"read {axis.names[a]}{' (wrong)' if b else ''}<br>last write {axis.names[c]}"
-                           for a, c, b in axis.marks], hoverinfo="text"), row, col)
+        row, col = n // ncols + 1, n % ncols + 1
+        for trace in plotly_panel_traces(panel, axis, scale_of[n], colorbars.get(n), size.side / n_shown):
+            fig.add_trace(trace, row, col)
         # Fixed ranges: markers would otherwise pad the autorange with an empty band.
         fig.update_xaxes(title_text="key", range=[-0.5, n_shown - 0.5], row=row, col=col, **ticks)
         fig.update_yaxes(title_text="query", range=[n_shown - 0.5, -0.5], row=row, col=col, **ticks)
     fig.update_layout(width=size.width, height=size.height, plot_bgcolor=HIDDEN_COLOR, showlegend=False,
                       margin=size.margin)
+    return fig
+
+
+class StaticFigure(Figure):
+    """A matplotlib figure on its own Agg canvas that shows itself as a PNG in a notebook, with or
+    without ``%matplotlib inline`` (IPython formats a bare ``Figure`` as text otherwise)."""
+
+    def _repr_png_(self) -> bytes:
+        buffer = io.BytesIO()
+        self.savefig(buffer, format="png", dpi=MPL_PX_PER_INCH)
+        return buffer.getvalue()
+
+
+def static_figure(figsize: tuple[float, float]) -> StaticFigure:
+    """A constrained-layout :class:`StaticFigure` of ``figsize`` inches, drawn without pyplot."""
+    fig = StaticFigure(figsize=figsize, layout="constrained")
+    FigureCanvasAgg(fig)
     return fig
 
 
@@ -272,8 +304,7 @@ def _check_backend(backend: str) -> None:
 def _matplotlib_grid(panels: list[Panel], axis: TokenAxis, ncols: int, shared: bool | str) -> Figure:
     nrows = math.ceil(len(panels) / ncols)
     size = GridSize.of(len(panels), ncols, len(axis.positions), shared)
-    fig = Figure(figsize=(size.width / MPL_PX_PER_INCH, size.height / MPL_PX_PER_INCH), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = static_figure((size.width / MPL_PX_PER_INCH, size.height / MPL_PX_PER_INCH))
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     font = TICK_FONT_PX * MPL_PT_PER_PX
     mark_area = min(12.0, MPL_PT_PER_PX * size.side / len(axis.positions)) ** 2
@@ -330,7 +361,7 @@ def heatmap_grid(panels: Mapping[str, torch.Tensor], tokens=None, *, labels: Seq
 
 def _render_grid(panels: Mapping[str, torch.Tensor], axis: TokenAxis, causal: bool, signed: bool | None,
                  ncols: int | None, shared_scale: bool | str, backend: str):
-    built = [_panel(title, m, axis, causal, signed) for title, m in panels.items()]
+    built = [Panel.of(title, m, axis, causal, signed) for title, m in panels.items()]
     render = _plotly_grid if backend == "plotly" else _matplotlib_grid
     return render(built, axis, ncols or min(len(built), 4), shared_scale)
 
@@ -515,8 +546,7 @@ def chart(frame: pd.DataFrame, x: str, y: str = "value", *, series: str | None =
         fig.update_yaxes(**yaxis.plotly())
         fig.update_layout(title=title, barmode="group", showlegend=bool(series or reference))
         return fig
-    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = static_figure((6.4, 4.0))
     ax = fig.subplots()
     ax.set_title(title)
     if kind == "line":
@@ -652,8 +682,7 @@ def table1_chart(table: pd.DataFrame, splits: Sequence[str] = ("iid", "dense", "
         fig.update_layout(barmode="group", height=220 + 230 * len(splits), width=160 + 70 * len(models),
                           title="Full-sequence accuracy (TRA paper Table 1)")
         return fig
-    fig = Figure(figsize=(1.6 + 0.6 * len(models), 1.2 + 2.2 * len(splits)), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = static_figure((1.6 + 0.6 * len(models), 1.2 + 2.2 * len(splits)))
     axes = fig.subplots(len(splits), 1, sharex=True, squeeze=False)[:, 0]
     where = np.arange(len(models))
     for ax, split in zip(axes, splits):
@@ -708,8 +737,7 @@ def patching_heatmap(summary: pd.DataFrame, x: str = "offset", y: str = "compone
         return fig
     labels = max(len(label) for label in rows)         # the y tick labels take room too
     width = max(1.6 + 0.08 * labels + 0.55 * len(columns), 0.1 * len(title))
-    fig = Figure(figsize=(width, 1.4 + 0.36 * len(rows)), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = static_figure((width, 1.4 + 0.36 * len(rows)))
     ax = fig.subplots()
     cmap, norm = matplotlib.colormaps[DIVERGING[0]], Normalize(-top, top)
     ax.imshow(np.ma.masked_invalid(values), cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
@@ -774,3 +802,26 @@ def to_html(fig, include_plotlyjs: bool = True) -> str:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=120)
     return f'<img alt="figure" src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">'
+
+
+@dataclass
+class InlineFigure:
+    """A plotly figure in a notebook with a static PNG of the same data beside it, in one output:
+    a frontend that runs JavaScript (JupyterLab, VS Code) draws the interactive figure, and a
+    page that does not (a code host's notebook view, nbconvert's HTML) shows the image. The
+    output holds the figure's JSON, not plotly.js, which the frontend brings."""
+
+    interactive: go.Figure
+    static: StaticFigure
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        title = self.interactive.layout.title.text or "figure"
+        return {**pio.renderers["plotly_mimetype"].to_mimebundle(self.interactive.to_dict()),
+                "image/png": base64.b64encode(self.static._repr_png_()).decode("ascii"),
+                "text/plain": f"<interactive figure: {title}>"}
+
+
+def inline(plot, *args, **options) -> InlineFigure:
+    """``plot(*args, **options)`` (any plot of this module) drawn by both backends, for a notebook
+    output that is interactive where it can be and a PNG elsewhere."""
+    return InlineFigure(plot(*args, backend="plotly", **options), plot(*args, backend="matplotlib", **options))

@@ -1,0 +1,135 @@
+"""Execute the notebooks in ``notebooks/`` and compare their outputs with the committed ones.
+
+The notebooks are committed with their outputs, so that a code host shows them without running
+them; ``make notebooks`` (``python -m interp.notebooks [PATH ...]``) executes them again and writes
+the outputs back, and ``tests/test_notebooks.py`` executes them the same way and checks that the
+committed outputs are current (:func:`output_differences`).
+
+The kernel is this interpreter (``sys.executable``): a kernelspec pointing at it is written to a
+temporary directory and used by name, so a user-level ``python3`` kernelspec for another
+interpreter cannot be picked by mistake. Each notebook runs in its own temporary working
+directory, with one thread (the notebooks are sized for a 2-core CPU, a second thread costs more
+than it gains on a shared machine, and one thread keeps the numbers the same run after run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+from ipykernel import kernelspec
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
+from nbclient import NotebookClient
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+KERNEL_NAME = "glitchlens-python"
+CELL_TIMEOUT_S = 600      # per cell; each notebook takes under 2 minutes on 2 CPU cores
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+              "PYDEVD_DISABLE_FILE_VALIDATION": "1"}   # ipykernel's debugger warns about frozen modules
+REFRESH_HINT = "run `make notebooks` to execute the notebooks again and commit their outputs"
+
+# What legitimately differs between two runs of the same notebook, and what stands for it.
+VARYING = [
+    (re.compile(r"^.*\d+%\|.*\|.*$", re.MULTILINE), "<progress bar>"),                       # tqdm
+    (re.compile(re.escape(tempfile.gettempdir()) + r"/[^\s'\"),]*"), "<temporary path>"),
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),  # plotly div ids
+    (re.compile(r"\b[0-9a-f]{16,}\b"), "<tag>"),          # a checkpoint's fresh file names per save
+    (re.compile(r"\b0x[0-9a-fA-F]{6,}\b"), "0x<address>"),
+    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|µs|us|s|sec|seconds|min)\b"), "<duration>"),
+]
+TEXT_MIMETYPES = ("text/plain",)     # compared as text; other mimetypes (PNG, HTML, plotly JSON) by presence
+
+
+def execute(nb: nbformat.NotebookNode, workdir: Path) -> nbformat.NotebookNode:
+    """Run every cell of ``nb`` in a fresh kernel on this interpreter, in ``workdir``, in place.
+    Raises ``nbclient.exceptions.CellExecutionError``, naming the cell, on the first error."""
+    with tempfile.TemporaryDirectory(prefix="glitchlens-kernel-") as prefix:
+        kernelspec.install(kernel_name=KERNEL_NAME, prefix=prefix)
+        specs = KernelSpecManager(kernel_dirs=[str(Path(prefix, "share", "jupyter", "kernels"))])
+        manager = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=specs)
+        client = NotebookClient(nb, km=manager, timeout=CELL_TIMEOUT_S, allow_errors=False, record_timing=False,
+                                coalesce_streams=True, resources={"metadata": {"path": str(workdir)}})
+        client.execute(env={**os.environ, **ONE_THREAD})
+    return nb
+
+
+def normalise(text: str) -> str:
+    for pattern, stand_in in VARYING:
+        text = pattern.sub(stand_in, text)
+    return text
+
+
+def comparable(output: nbformat.NotebookNode) -> tuple:
+    """What of one output must match between runs: its type, a stream's name and text, the text
+    of a result, and which mimetypes it has."""
+    if output.output_type == "stream":
+        return "stream", output.name, normalise(output.text)
+    if output.output_type == "error":
+        return "error", output.ename, normalise(output.evalue)
+    data = output.get("data", {})
+    return (output.output_type, tuple(sorted(data)),
+            tuple(normalise(data[mime]) for mime in TEXT_MIMETYPES if mime in data))
+
+
+def output_differences(committed: nbformat.NotebookNode, fresh: nbformat.NotebookNode) -> list[str]:
+    """One line per code cell whose committed outputs differ from a fresh run's (after
+    :func:`normalise`), saying how; empty when the committed outputs are current."""
+    old = [cell for cell in committed.cells if cell.cell_type == "code"]
+    new = [cell for cell in fresh.cells if cell.cell_type == "code"]
+    if [cell.source for cell in old] != [cell.source for cell in new]:
+        return ["the code cells differ"]
+    differences = []
+    for n, (before, after) in enumerate(zip(old, new), 1):
+        was, now = [comparable(o) for o in before.outputs], [comparable(o) for o in after.outputs]
+        if len(was) != len(now):
+            differences.append(f"code cell {n}: {len(was)} outputs committed, {len(now)} now")
+            continue
+        for k, (a, b) in enumerate(zip(was, now), 1):
+            if a != b:
+                differences.append(f"code cell {n}, output {k}: committed {_describe(a)}, now {_describe(b)}")
+    return differences
+
+
+def _describe(output: tuple, width: int = 300) -> str:
+    text = repr(output)
+    return text if len(text) <= width else text[:width] + "...)"
+
+
+def execution_problems(nb: nbformat.NotebookNode) -> list[str]:
+    """Why ``nb`` is not a notebook executed top to bottom in one kernel: code cells not numbered
+    1..n in order, or error outputs."""
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    counts = [cell.execution_count for cell in code]
+    problems = [] if counts == list(range(1, len(code) + 1)) else [f"execution counts {counts}, not 1..{len(code)}"]
+    problems += [f"code cell {n}: {out.ename}: {out.evalue}" for n, cell in enumerate(code, 1)
+                 for out in cell.outputs if out.output_type == "error"]
+    return problems
+
+
+def refresh(path: Path) -> float:
+    """Execute the notebook at ``path`` and write it back with its outputs; the seconds it took."""
+    nb = nbformat.read(path, as_version=4)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="glitchlens-notebook-") as workdir:
+        execute(nb, Path(workdir))
+    nbformat.write(nb, path)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m interp.notebooks", description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="*", type=Path, help="notebooks to refresh (default: all in notebooks/)")
+    paths = parser.parse_args(argv).paths or sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+    for path in paths:
+        print(f"{path.name}: {refresh(path):.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
