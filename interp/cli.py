@@ -234,10 +234,14 @@ def cmd_explain(args) -> int:
 
 
 def cmd_hunt(args) -> int:
+    from interp.evaluate import checkpoint_task
     from interp.hunt import hunt, overview_rows, shortest_rows, write_hunt
-    from models import load
+    from models import load, read_config
 
-    model = load(checkpoint_dir(args.checkpoint), device=args.device)
+    checkpoint = checkpoint_dir(args.checkpoint)
+    if checkpoint_task(read_config(checkpoint)) == "automaton":
+        raise ValueError(f"{args.checkpoint} was trained on the automaton task; hunt searches flip-flop sequences")
+    model = load(checkpoint, device=args.device)
     result = hunt(model, budget=args.budget, seq_len=args.seq_len, max_len=args.max_len, p_i=args.p_i,
                   population=args.population, seed=args.seed, progress=not args.quiet)
     files = write_hunt(result, args.out) if args.out else {}

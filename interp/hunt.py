@@ -14,9 +14,10 @@ Every method spends the same ``budget`` (sequences the model scores) in two phas
    (:func:`random_sampling`) score fresh sequences of FFL at ``seq_len`` at the canonical
    sparse (p_i 0.98) and dense (0.1) settings.
 2. *Shrinking* (``1 / SHRINK_SHARE`` of the budget, shared by the error types found): for each
-   type, the failing read that comes first is cut after its answer, then blocks of pairs are
-   deleted, largest first, while that last read stays wrong with the same type
-   (:func:`shrink`). What is left is that method's shortest failing sequence of the type.
+   type, the sequence with the earliest wrong read of the type is cut after that read's
+   answer, then blocks of pairs are deleted, largest first, while that last read stays wrong
+   with the same type (:func:`shrink`). The shortest verified failing sequence with a wrong
+   read of a type, shrunk or not, is the one reported for it.
 
 Every failure is verified before it is reported (:func:`verify`): the sequences are scored
 again by :func:`interp.evaluate.predict_reads` grouped by length, as ``glitchlens eval --data``
@@ -382,10 +383,10 @@ class MethodResult:
     errors: pd.DataFrame
 
 
-def _shortest_per_type(errors: pd.DataFrame) -> pd.DataFrame:
-    """Per type, the wrong read of the shortest sequence (the earliest such read in it), from
-    :func:`verify`'s frame."""
-    ranked = errors.sort_values(["length", "position"], kind="stable")
+def _first_per_type(errors: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Per type, the first wrong read of :func:`verify`'s frame when sorted ``by`` (``length``,
+    ``position``), types in alphabetical order."""
+    ranked = errors.sort_values(by, kind="stable")
     return ranked.groupby("type", sort=True).head(1).set_index("type", drop=False).sort_index()
 
 
@@ -394,7 +395,7 @@ def finish(model, proposals: Proposals, shrink_budget: int) -> MethodResult:
     shrunk sequences (apart: they make files of their own) and summarise (the summary without
     the method's start). ``types`` counts the wrong reads of each type among the proposals."""
     failing, errors = verify(model, proposals.failing)
-    firsts = _shortest_per_type(errors)
+    firsts = _first_per_type(errors, ["position", "length"])   # the shortest prefix that fails so
     found, scored = [], proposals.scored
     for row in firsts.itertuples():
         sequence, used = shrink(model, failing[row.seq], row.position, row.type, shrink_budget // len(firsts))
@@ -410,7 +411,7 @@ def finish(model, proposals: Proposals, shrink_budget: int) -> MethodResult:
                   "sequence_error_rate": final["failing_sequences"] / final["sequences"]},
         "types": {}}
     counts = errors.type.value_counts()
-    for row in _shortest_per_type(every_error).itertuples():
+    for row in _first_per_type(every_error, ["length", "position"]).itertuples():
         sequence = (failing + shrunk)[row.seq]
         summary["types"][row.type] = {
             "wrong_reads": int(counts[row.type]), "length": len(sequence), "read_position": int(row.position),

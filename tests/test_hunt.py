@@ -173,6 +173,8 @@ def test_bad_settings_are_named():
         hunt(Oracle(), seq_len=15)
     with pytest.raises(ValueError, match="p_i must lie in"):
         hunt(Oracle(), p_i=1.5)
+    with pytest.raises(ValueError, match="not the flip-flop language's"):
+        hunt(build_model(ModelConfig.from_preset("rope", "tiny", d_vocab=3)))
     ape = build_model(ModelConfig.from_preset("ape", "tiny", n_ctx=64))
     with pytest.raises(ValueError, match="cannot extrapolate"):
         hunt(ape, seq_len=128)
@@ -180,12 +182,14 @@ def test_bad_settings_are_named():
 
 def test_cli_hunts_a_pretrained_model_and_eval_rechecks_its_files(tmp_path, capsys):
     out = tmp_path / "hunt"
-    assert main(["hunt", "rope-mech", "--budget", "16", "--seq-len", "64", "--population", "8", "--quiet",
-                 "--out", str(out)]) == 0
+    args = ["hunt", "rope-mech", "--budget", "16", "--seq-len", "64", "--population", "8", "--quiet"]
+    assert main([*args, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "glitch hunt" in printed and "shortest failing sequence" in printed
     summary = json.loads((out / "hunt.json").read_text())
     assert summary["budget"] == 16 and set(summary["methods"]) == {"guided", "random sparse", "random dense"}
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {k: v for k, v in summary.items() if k != "files"}
     name = summary["files"]["random-dense-T64"]
     assert main(["eval", "rope-mech", "--data", str(out / name), "--json", "--quiet"]) == 0
     rechecked = json.loads(capsys.readouterr().out)[str(out / name)]
@@ -195,6 +199,8 @@ def test_cli_hunts_a_pretrained_model_and_eval_rechecks_its_files(tmp_path, caps
 def test_cli_errors(capsys):
     assert main(["hunt", "no-such-model", "--quiet"]) == 2
     assert "no such checkpoint directory, nor a pretrained model" in capsys.readouterr().err
+    assert main(["hunt", "automaton-1l", "--quiet"]) == 2
+    assert "trained on the automaton task" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stop:
         main(["hunt", "rope-mech", "--budget", "0"])
     assert stop.value.code == 2 and "expected a positive integer, got 0" in capsys.readouterr().err
