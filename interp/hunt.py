@@ -27,7 +27,7 @@ prediction mathematically, but a margin within float rounding of zero could flip
 
 Error types (:func:`classify_errors`): a *regime* and a *source* joined by ``/``, and
 ``/long`` after them when the read is at or past the model's training length (``cfg.n_ctx``),
-where a failure may be one to extrapolate (shrinking keeps the read there):
+where the failure may be one of extrapolation (shrinking keeps the read there):
 
 - regime ``sparse``: the last write is at least ``LONG_GAP`` tokens before the read (the
   flip-flop paper's sparse glitches: the write drowns among ignores; a long gap crowded by
@@ -46,7 +46,9 @@ negative one) rather than a probability, so that the search still has a gradient
 sequences the model reads right with near-certainty; the guided search starts from the training
 distribution FFL(0.8) by default, so whatever it finds it reached by edits; sequences grow to
 ``max_len`` (default twice ``seq_len``, or the model's limit where its positions cannot
-extrapolate, :func:`longest_input`); the error rates "on the distribution the search ends on"
+extrapolate, :func:`longest_input`), in steps of ``seq_len / LENGTH_STEPS``, distractors
+overwriting pairs rather than being inserted (:class:`Edits`), so that the failing sequences
+fall into a few lengths, a file each; the error rates "on the distribution the search ends on"
 are those of its last generation of children (what the final population proposes, before
 selection), while a random baseline's distribution is its own; the distinct failing
 sequences are counted among the proposals (the shrunk ones are near-copies of a few).
