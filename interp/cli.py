@@ -233,6 +233,35 @@ def cmd_explain(args) -> int:
     return 0
 
 
+def cmd_hunt(args) -> int:
+    from interp.evaluate import checkpoint_task
+    from interp.hunt import hunt, overview_rows, shortest_rows, write_hunt
+    from models import load, read_config
+
+    checkpoint = checkpoint_dir(args.checkpoint)
+    if checkpoint_task(read_config(checkpoint)) == "automaton":
+        raise ValueError(f"{args.checkpoint} was trained on the automaton task; hunt searches flip-flop sequences")
+    model = load(checkpoint, device=args.device)
+    result = hunt(model, budget=args.budget, seq_len=args.seq_len, max_len=args.max_len, p_i=args.p_i,
+                  population=args.population, seed=args.seed, progress=not args.quiet)
+    files = write_hunt(result, args.out) if args.out else {}
+    if args.json:
+        print(json.dumps(result.summary(), indent=2))
+        return 0
+    _print_table(f"{args.checkpoint} ({model.cfg.model}): glitch hunt, at most {args.budget} sequences per method",
+                 ("method", "from", "scored", "failing seqs", "read errors", "seq errors", "types"),
+                 overview_rows(result))
+    shortest = shortest_rows(result)
+    _print_table("shortest failing sequence per error type",
+                 ("type", "method", "length", "read at", "gap", "stale write at"), [row[:-1] for row in shortest])
+    for error_type, method, *_, text in shortest:
+        print(f"{error_type}, {method}: {text}")
+    if files:
+        print(f"wrote {files['json']} and {len(files) - 1} files of failing sequences; re-check one with "
+              f"glitchlens eval {args.checkpoint} --data FILE")
+    return 0
+
+
 def cmd_reproduce(args) -> int:
     from interp.reproduce import TABLE1_MODELS, reproduce_recipes, reproduce_table1
 
@@ -471,6 +500,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory for report.md, explain.json, CSVs and PNGs")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
     p.set_defaults(func=cmd_explain)
+
+    p = command("hunt", "search for flip-flop sequences the model gets wrong (an evolutionary search over "
+                        "instruction and bit edits, longer sequences, denser distractors) against random sampling at "
+                        "the canonical sparse and dense settings, at an equal budget")
+    p.add_argument("checkpoint", help=checkpoint_help)
+    p.add_argument("--budget", type=positive_int, default=1024,
+                   help="sequences each method scores: the guided search and each random baseline (a quarter of "
+                        "it shrinks the failures found)")
+    p.add_argument("--seq-len", type=positive_int, default=512,
+                   help="length of the sequences the search starts from, and of the random baselines")
+    p.add_argument("--max-len", type=positive_int, default=None,
+                   help="the search grows sequences up to this length (default: twice --seq-len, within what the "
+                        "model's positions allow)")
+    p.add_argument("--p-i", type=float, default=0.8,
+                   help="the search starts from FFL(p_i) (0.8: the training distribution)")
+    p.add_argument("--population", type=positive_int, default=32,
+                   help="sequences the search keeps, and children it scores per generation")
+    p.add_argument("--seed", type=int, default=0, help="fixes the samples and the edits")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="write hunt.json and the failing sequences, one .jsonl per method and length, for "
+                        "`glitchlens eval CKPT --data FILE`")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
+    p.add_argument("--json", action="store_true", help="print hunt.json instead of the tables")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
+    p.set_defaults(func=cmd_hunt)
 
     p = command("reproduce", "sweeps over models and seeds: the TRA paper's Table 1 (table1), or which training "
                              "recipe learns (recipes)")

@@ -21,7 +21,7 @@ import torch
 from scipy.stats import beta
 from tqdm.auto import tqdm
 
-from interp.tasks import D_VOCAB, D_VOCAB_AUTOMATON, SPLITS, load_split, read_mask, sample_automaton
+from interp.tasks import D_VOCAB, D_VOCAB_AUTOMATON, ONE, SPLITS, ZERO, load_split, read_mask, sample_automaton
 from models.config import check_int
 
 AUTOMATON_EVAL_SEED = 52001
@@ -35,6 +35,7 @@ class ReadPredictions:
     position: np.ndarray    # [n_reads] token index of the ``r`` instruction
     target: np.ndarray      # [n_reads] true next token (3 = '0', 4 = '1')
     predicted: np.ndarray   # [n_reads] argmax token
+    margin: np.ndarray      # [n_reads] logit of the true bit minus the other bit's: how far from a glitch
 
     @property
     def correct(self) -> np.ndarray:
@@ -102,7 +103,8 @@ def _fast_impl(model: torch.nn.Module, device: torch.device) -> str | None:
 def predict_reads(model: torch.nn.Module, tokens: np.ndarray, batch_size: int = 64,
                   attention_impl: str | None = None, workers: int | None = None,
                   on_progress: Callable[[int], None] | None = None) -> ReadPredictions:
-    """Run ``model`` over ``tokens`` (``[n, T]``) and collect its prediction at every read.
+    """Run ``model`` over ``tokens`` (``[n, T]``) and collect its prediction at every read,
+    and its margin there (logit of the true bit minus the other bit's).
 
     The model sees ``tokens[:, :-1]`` cut after each sequence's last read (see
     :func:`scored_lengths`), in batches of sequences of similar length holding at most
@@ -123,7 +125,9 @@ def predict_reads(model: torch.nn.Module, tokens: np.ndarray, batch_size: int = 
     mask = read_mask(inputs)
     seq_idx, pos_idx = np.nonzero(mask)
     first_read = np.concatenate([[0], np.cumsum(mask.sum(axis=1))])  # index of each sequence's first read
+    target = tokens[seq_idx, pos_idx + 1].astype(np.int64)
     predicted = np.empty(len(seq_idx), dtype=np.int64)
+    margin = np.empty(len(seq_idx), dtype=np.float32)
     lengths = scored_lengths(model, inputs, mask)
     batches = length_batches(lengths, batch_size * max(inputs.shape[1], 1))
     report = on_progress or (lambda sequences: None)
@@ -137,9 +141,12 @@ def predict_reads(model: torch.nn.Module, tokens: np.ndarray, batch_size: int = 
             normalized = model(batch, return_type="normalized")
             logits = model.unembed(normalized[torch.from_numpy(batch_mask).to(device)])
             out = logits.argmax(-1).cpu().numpy()
+            one_over_zero = (logits[:, ONE] - logits[:, ZERO]).float().cpu().numpy()
         row, _ = np.nonzero(batch_mask)
         rank = np.cumsum(batch_mask, axis=1)[batch_mask] - 1  # the read's rank within its sequence
-        predicted[first_read[rows[row]] + rank] = out
+        at = first_read[rows[row]] + rank
+        predicted[at] = out
+        margin[at] = np.where(target[at] == ONE, one_over_zero, -one_over_zero)
         return len(rows)
 
     cfg = getattr(model, "cfg", None)
@@ -162,7 +169,7 @@ def predict_reads(model: torch.nn.Module, tokens: np.ndarray, batch_size: int = 
         if saved_impl is not None:
             cfg.attention_impl = saved_impl
         model.train(was_training)
-    return ReadPredictions(seq_idx, pos_idx, tokens[seq_idx, pos_idx + 1].astype(np.int64), predicted)
+    return ReadPredictions(seq_idx, pos_idx, target, predicted, margin)
 
 
 def summarize(split: str, n_sequences: int, reads: ReadPredictions) -> SplitResult:

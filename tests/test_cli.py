@@ -297,7 +297,7 @@ def test_help_imports_no_torch():
     (which alone takes seconds)."""
     script = ("import sys\nfrom interp.cli import build_parser, main\n"
               "for argv in [['--help'], *([name, '--help'] for name in ('data', 'train', 'eval', 'diagnose', "
-              "'explain', 'reproduce', 'pretrained', 'figures', 'bench'))]:\n"
+              "'explain', 'hunt', 'reproduce', 'pretrained', 'figures', 'bench'))]:\n"
               "    try:\n        main(argv)\n    except SystemExit as exit_:\n        assert exit_.code == 0\n"
               "assert 'torch' not in sys.modules, 'torch imported'\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
