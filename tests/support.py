@@ -10,10 +10,10 @@ from models.config import MODEL_FAMILIES
 
 def models_with(path: str) -> list[str]:
     """One model name per registered mechanism that has ``path`` (``"triton"`` or ``"rows"``)
-    among its ``FAST_PATHS``: a new mechanism with a fast path is tested without editing the tests."""
+    among its ``IMPLEMENTATIONS``: a new mechanism with a fast path is tested without editing the tests."""
     by_mechanism = {}
     for model, (mechanism, _, _) in MODEL_FAMILIES.items():
-        if mechanism and path in get_attention_class(mechanism).FAST_PATHS:
+        if mechanism and path in get_attention_class(mechanism).IMPLEMENTATIONS:
             by_mechanism.setdefault(mechanism, model)
     return list(by_mechanism.values())
 

@@ -73,17 +73,18 @@ def test_softmax_reference_never_runs_sdpa(device, monkeypatch):
 def test_impl_choices(monkeypatch):
     cfg = ModelConfig.from_preset("tra", "tiny", n_ctx=32)
     attn = build_model(cfg).blocks[0].attn
-    assert attn.fast_path(torch.device("cpu")) == "rows", "auto runs kernels.rows on the CPU"
-    assert attn.fast_path(torch.device("cuda")) == "triton", "auto runs the Triton kernels on CUDA"
-    for impl, expected in [("reference", None), ("rows", "rows")]:
+    assert attn.implementation(torch.device("cpu")) == "rows", "auto runs kernels.rows on the CPU"
+    assert attn.implementation(torch.device("cuda")) == "triton", "auto runs the Triton kernels on CUDA"
+    for impl, expected in [("reference", "reference"), ("rows", "rows")]:
         impl_cfg = ModelConfig.from_dict({**cfg.to_dict(), "attention_impl": impl})
-        assert build_model(impl_cfg).blocks[0].attn.fast_path(torch.device("cpu")) == expected
+        assert build_model(impl_cfg).blocks[0].attn.implementation(torch.device("cpu")) == expected
     cope_cfg = ModelConfig.from_preset("cope", "tiny", n_ctx=32, attention_impl="triton")
-    assert build_model(cope_cfg).blocks[0].attn.fast_path(torch.device("cpu")) is None, "CoPE has no Triton kernel"
+    assert build_model(cope_cfg).blocks[0].attn.implementation(torch.device("cpu")) == "reference", \
+        "CoPE has no Triton kernel"
     triton_cfg = ModelConfig.from_dict({**cfg.to_dict(), "attention_impl": "triton"})
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # unset already on a machine with CUDA
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
-        build_model(triton_cfg).blocks[0].attn.fast_path(torch.device("cpu"))
+        build_model(triton_cfg).blocks[0].attn.implementation(torch.device("cpu"))
     with pytest.raises(ValueError, match="attention_impl"):
         ModelConfig(model="tra", attention_impl="cuda")
 

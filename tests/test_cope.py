@@ -5,8 +5,9 @@ import math
 import pytest
 import torch
 
+from kernels.common import causal_mask
+from kernels.cope.reference import interpolate
 from models import ModelConfig
-from models.attention.base import causal_mask
 from models.backbone import GlitchLensTransformer
 
 N_POS = 7
@@ -56,8 +57,8 @@ def test_interpolation_by_hand():
     p = torch.tensor([0.0, 1.0, 3.0, 0.5, 2.25, 2.75]).expand(1, 2, 1, 6)
     # integers read the table; 0.5 -> (0.5 + -1) / 2; 2.25 -> 0.75 * 3 + 0.25 * 2; 2.75 -> 0.25 * 3 + 0.75 * 2
     expected = torch.tensor([0.5, -1.0, 2.0, -0.25, 2.75, 2.25])
-    torch.testing.assert_close(attn.interpolate(q, p)[0, 0, 0], expected)
-    torch.testing.assert_close(attn.interpolate(q, p)[0, 1, 0], expected)  # both heads share e
+    torch.testing.assert_close(interpolate(q, p, attn.pos_emb)[0, 0, 0], expected)
+    torch.testing.assert_close(interpolate(q, p, attn.pos_emb)[0, 1, 0], expected)  # both heads share e
 
 
 @pytest.mark.parametrize("sep_keys", [False, True])

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from models.attention.base import MASK_FILL, causal_mask
+from kernels.common import MASK_FILL, causal_mask
 from models.attention.fot import FoTAttention
 from models.attention.rope import apply_rope
 from models.backbone import GlitchLensTransformer

@@ -25,8 +25,11 @@ pytest.importorskip("triton", reason="triton is not installed; the kernel tests 
 
 from triton.runtime import interpreter  # noqa: E402
 
-import kernels  # noqa: E402
-from kernels import bench, tra  # noqa: E402
+from kernels import bench  # noqa: E402
+from kernels.forgetting.triton import forgetting_attention  # noqa: E402
+from kernels.threshold.triton import differential_threshold_attention, threshold_attention  # noqa: E402
+from kernels.tra import triton as tra  # noqa: E402
+from kernels.tra.triton import tra_attention  # noqa: E402
 from models import ModelConfig  # noqa: E402
 from models.attention import get_attention_class  # noqa: E402
 from support import models_with, relative_errors  # noqa: E402
@@ -146,12 +149,12 @@ def qk_of(name: str, x: dict) -> list[torch.Tensor]:
 def run_kernel(name: str, module, x: dict, case: Case, **options) -> torch.Tensor:
     qk, tiles = qk_of(name, x), {"block_m": case.blocks[0], "block_n": case.blocks[1], **options}
     if name == "tra":
-        return kernels.tra_attention(*qk, x["v"], x["log_gate"], **tiles)
+        return tra_attention(*qk, x["v"], x["log_gate"], **tiles)
     if name == "fot":
-        return kernels.forgetting_attention(*qk, x["v"], x["log_gate"], **tiles)
+        return forgetting_attention(*qk, x["v"], x["log_gate"], **tiles)
     if name == "trela":
-        return kernels.threshold_attention(*qk, x["v"], module.beta, case.kappa, case.p, **tiles)
-    return kernels.differential_threshold_attention(*qk, x["v"], module.beta, torch.sigmoid(module.lambda_logit),
+        return threshold_attention(*qk, x["v"], module.beta, case.kappa, case.p, **tiles)
+    return differential_threshold_attention(*qk, x["v"], module.beta, torch.sigmoid(module.lambda_logit),
                                                     case.kappa, case.p, **tiles)
 
 
@@ -325,13 +328,13 @@ def test_threshold_flips(name, case, device):
 def test_rejects_bad_inputs(device):
     q, gate = torch.randn(1, 8, 1, 16, device=device), torch.zeros(1, 1, 8, device=device)
     with pytest.raises(ValueError, match="head dim"):
-        kernels.forgetting_attention(q[..., :12], q[..., :12], q[..., :12], gate)
+        forgetting_attention(q[..., :12], q[..., :12], q[..., :12], gate)
     with pytest.raises(ValueError, match="shapes differ"):
-        kernels.threshold_attention(q, q[:, :4], q, 1.0)
+        threshold_attention(q, q[:, :4], q, 1.0)
     with pytest.raises(ValueError, match="one dtype"):
-        kernels.tra_attention(q, q.half(), q, gate)
+        tra_attention(q, q.half(), q, gate)
     with pytest.raises(ValueError, match="log_delta"):
-        kernels.tra_attention(q, q, q, gate.transpose(1, 2))
+        tra_attention(q, q, q, gate.transpose(1, 2))
 
 
 @pytest.mark.parametrize("name,case", [("tra", Case(130, 32, blocks=(16, 16), empty=True, gate=-4.0)),
@@ -354,12 +357,12 @@ def test_per_head_beta_and_lambda(device):
     v = torch.randn(B, 40, H, 16, generator=gen).to(device)
     beta = torch.tensor([0.5, -1.0], device=device, requires_grad=True)
     lam = torch.tensor([0.2, 0.7], device=device, requires_grad=True)
-    z = kernels.differential_threshold_attention(q1, k1, q2, k2, v, beta, lam)
+    z = differential_threshold_attention(q1, k1, q2, k2, v, beta, lam)
     d_beta, d_lam = torch.autograd.grad(z.sum(), (beta, lam))
     for h in range(H):
         one = [t[:, :, h:h + 1] for t in (q1, k1, q2, k2, v)]
         b, lm = beta[h].detach().requires_grad_(), lam[h].detach().requires_grad_()
-        z_h = kernels.differential_threshold_attention(*one, b, lm)
+        z_h = differential_threshold_attention(*one, b, lm)
         torch.testing.assert_close(z[:, :, h:h + 1], z_h)
         grads_h = torch.autograd.grad(z_h.sum(), (b, lm))
         torch.testing.assert_close(torch.stack(grads_h), torch.stack([d_beta[h], d_lam[h]]))

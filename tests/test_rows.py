@@ -6,6 +6,10 @@ import pytest
 import torch
 
 import kernels.rows
+from kernels.cope.rows import cope_rows
+from kernels.forgetting.rows import forgetting_rows
+from kernels.threshold.rows import ThresholdRowsFunction, rectified_rows
+from kernels.tra.rows import tra_rows
 from models import ModelConfig, build_model
 from support import models_with, relative_errors
 
@@ -49,9 +53,9 @@ def test_rows_model_equals_reference_model(name, n_pos, small_blocks):
 def test_auto_runs_rows_on_the_cpu_and_reference_under_hooks(name):
     cfg = ModelConfig.from_preset(name, "tiny", n_ctx=32)
     attn = build_model(cfg).blocks[0].attn
-    assert attn.fast_path(torch.device("cpu")) == "rows"
+    assert attn.implementation(torch.device("cpu")) == "rows"
     attn.hook_pattern.add_hook(lambda t, hook: t)
-    assert attn.fast_path(torch.device("cpu")) is None, "a hooked pattern needs the reference"
+    assert attn.implementation(torch.device("cpu")) == "reference", "a hooked pattern needs the reference"
 
 
 def test_sequences_longer_than_training_and_clamped_cope_positions(small_blocks):
@@ -82,12 +86,12 @@ def test_tra_rows_with_empty_rows_and_gradcheck(small_blocks):
     k[:, :, 0] = -q[:, :1, 0]  # head 0: every key is minus query 0, so query 0 keeps no key
     log_delta = -torch.rand(1, 2, 9, generator=gen, dtype=torch.float64) - 0.1
     inputs = tuple(t.requires_grad_() for t in (q, k, v, log_delta))
-    assert torch.autograd.gradcheck(kernels.rows.tra_rows, inputs)
-    with_grad = kernels.rows.tra_rows(*inputs)
+    assert torch.autograd.gradcheck(tra_rows, inputs)
+    with_grad = tra_rows(*inputs)
     with torch.no_grad():  # the forward alone (logits up to a row constant), the empty row included
-        without = kernels.rows.tra_rows(*inputs)
+        without = tra_rows(*inputs)
     assert torch.allclose(with_grad, without, atol=1e-12) and torch.equal(without[0, 0, 0], torch.zeros(4, dtype=torch.float64))
-    z = kernels.rows.tra_rows(torch.ones(1, 3, 1, 4), -torch.ones(1, 3, 1, 4), torch.randn(1, 3, 1, 4),
+    z = tra_rows(torch.ones(1, 3, 1, 4), -torch.ones(1, 3, 1, 4), torch.randn(1, 3, 1, 4),
                               torch.full((1, 1, 3), -0.5))
     assert torch.equal(z, torch.zeros_like(z)), "no key survives: every row attends to nothing"
 
@@ -98,17 +102,17 @@ def test_rows_gradcheck(name, small_blocks):
     q, k, v, q2, k2 = (torch.randn(1, 7, 2, 4, generator=gen, dtype=torch.float64) for _ in range(5))
     if name == "fot":
         log_f = -torch.rand(1, 2, 7, generator=gen, dtype=torch.float64) - 0.1
-        fn, inputs = kernels.rows.forgetting_rows, (q, k, v, log_f)
+        fn, inputs = forgetting_rows, (q, k, v, log_f)
     elif name == "cope":
         pos_emb = torch.randn(5, 4, generator=gen, dtype=torch.float64)
-        fn, inputs = kernels.rows.cope_rows, (q, k, v, pos_emb)
+        fn, inputs = cope_rows, (q, k, v, pos_emb)
     else:
         unit = [torch.nn.functional.normalize(t, dim=-1) for t in (q, k, q2, k2)]
         tau = torch.rand(1, 2, 7, generator=gen, dtype=torch.float64) * 0.3
         lam = torch.tensor(0.4, dtype=torch.float64)
 
         def fn(tau, v, q, k, q2, k2, lam):
-            return kernels.rows.threshold_rows(tau, v, q, k, q2, k2, lam=lam, p=2.0)
+            return rectified_rows(tau, v, q, k, q2, k2, lam=lam, p=2.0)
 
         inputs = (tau, v, *unit, lam)
     assert torch.autograd.gradcheck(fn, tuple(t.requires_grad_() for t in inputs))
@@ -132,7 +136,7 @@ def test_inference_forward_equals_reference_and_keeps_nothing(name, monkeypatch)
     monkeypatch.setattr(kernels.rows, "INFERENCE_ROWS", 5)
     monkeypatch.setattr(kernels.rows, "INFERENCE_BLOCK", 5 * 37 * 3)  # 3 of the 6 sequence-heads per block
     monkeypatch.setattr(kernels.rows.SoftmaxRowsFunction, "apply", None)  # never the autograd path
-    monkeypatch.setattr(kernels.rows.ThresholdRowsFunction, "apply", None)
+    monkeypatch.setattr(ThresholdRowsFunction, "apply", None)
     reference, rows = pair(name)
     tokens = torch.randint(0, 5, (3, 37), generator=torch.Generator().manual_seed(6))
     with torch.inference_mode():

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kernels.common import causal_mask, threshold
 from models import ModelConfig
-from models.attention.base import causal_mask
 from models.attention.rope import apply_rope
 from models.backbone import GlitchLensTransformer
 
@@ -31,8 +31,8 @@ def set_beta(model, beta):
 
 
 def test_threshold_zero_at_first_position_and_growing():
-    attn = threshold_model().blocks[0].attn  # d_head 8, beta 1, kappa 1
-    tau = attn.threshold(2, 6, "cpu").detach()
+    _, cache = threshold_model().run_with_cache(tokens(6))  # d_head 8, beta 1, kappa 1
+    tau = cache["blocks.0.attn.hook_threshold"]
     assert tau.shape == (2, 2, 6) and (tau == tau[0, 0]).all()  # beta is one scalar per layer
     tau = tau[0, 0]
     assert tau[0] == 0
@@ -42,7 +42,7 @@ def test_threshold_zero_at_first_position_and_growing():
 
 def test_threshold_log_clamped_for_kappa_above_one():
     attn = threshold_model(kappa=2.5).blocks[0].attn
-    tau = attn.threshold(1, 5, "cpu").detach()[0, 0]
+    tau = threshold(5, attn.d_head, attn.beta, attn.options.kappa).detach()[0]
     assert torch.isfinite(tau).all()
     assert (tau[:2] == 0).all() and tau[2] > 0  # log((i+1)/2.5) < 0 for i = 0, 1
 
@@ -127,7 +127,7 @@ def test_reference_gradcheck_float64(model_name):
     n_views, shape = (2 if model_name == "tda" else 1), (1, 4, 1, 4)
     generator = torch.Generator().manual_seed(2)
     qk = [random_unit(shape, generator) for _ in range(2 * n_views)]
-    tau = attn.threshold(1, 4, "cpu").detach()[0, 0]
+    tau = threshold(4, attn.d_head, attn.beta, attn.options.kappa).detach()[0]
     for q, k in zip(qk[::2], qk[1::2]):  # keep every score away from the ReLU kink
         margin = (torch.einsum("bqhd,bkhd->bhqk", q, k) - tau[:, None])[..., causal_mask(4, 4)]
         assert margin.abs().min() > 1e-2 and (margin > 0).sum() >= 3  # and some keys survive

@@ -6,9 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models.attention.base import MASK_FILL, causal_mask
+from kernels.common import MASK_FILL, causal_mask
+from kernels.tra.reference import contextual_distance
 from models.attention.base import rms_normalise
-from models.attention.tra import TRAAttention, contextual_distance
+from models.attention.tra import TRAAttention
 from models.backbone import GlitchLensTransformer
 from models.config import ModelConfig
 

@@ -1,4 +1,5 @@
-"""Forgetting attention (FoT, Lin et al. 2025): causal softmax with a data-dependent decay.
+"""Forgetting attention (FoT, Lin et al. 2025): causal softmax with a data-dependent decay, as
+a streaming kernel exact against :func:`kernels.forgetting.reference.forgetting_reference`.
 
 ``forgetting_attention(q, k, v, log_f) -> z``
 
@@ -26,9 +27,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (causal_tile, check_heads, head_base, load_row, load_tile, online_softmax_step, per_position,
-                            rows_base, softmax_delta, softmax_finish, softmax_forward, softmax_tile_grad, store_row,
-                            store_tile)
+from kernels.tiles import (causal_tile, check_heads, head_base, load_row, load_tile, online_softmax_step, per_position,
+                           rows_base, softmax_delta, softmax_finish, softmax_forward, softmax_tile_grad, store_row,
+                           store_tile)
 
 
 @triton.jit

@@ -1,4 +1,5 @@
-"""Threshold Relative Attention (TRA paper, Sec. 2, eq. 1-12) as a streaming kernel.
+"""Threshold Relative Attention (TRA paper, Sec. 2, eq. 1-12) as a streaming kernel, exact
+against :func:`kernels.tra.reference.tra_reference`.
 
 ``tra_attention(q, k, v, log_delta) -> z``
 
@@ -34,9 +35,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (causal_tile, check_heads, head_base, load_row, load_tile, online_softmax_step, per_position,
-                            rows_base, softmax_delta, softmax_finish, softmax_forward, softmax_tile_grad, store_row,
-                            store_tile, tile_needed, tile_ptrs)
+from kernels.tiles import (causal_tile, check_heads, head_base, load_row, load_tile, online_softmax_step, per_position,
+                           rows_base, softmax_delta, softmax_finish, softmax_forward, softmax_tile_grad, store_row,
+                           store_tile, tile_needed, tile_ptrs)
 
 
 @triton.jit
