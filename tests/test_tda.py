@@ -21,17 +21,14 @@ def threshold_model(model="tda", n_heads=2, d_model=16, **options) -> GlitchLens
     return GlitchLensTransformer(cfg)
 
 
-def tokens(n_pos=N_POS):
-    return torch.randint(0, 5, (2, n_pos), generator=torch.Generator().manual_seed(1))
-
 
 def set_beta(model, beta):
     with torch.no_grad():
         model.blocks[0].attn.beta.fill_(beta)
 
 
-def test_threshold_zero_at_first_position_and_growing():
-    _, cache = threshold_model().run_with_cache(tokens(6))  # d_head 8, beta 1, kappa 1
+def test_threshold_zero_at_first_position_and_growing(tokens):
+    _, cache = threshold_model().run_with_cache(tokens(2, 6))  # d_head 8, beta 1, kappa 1
     tau = cache["blocks.0.attn.hook_threshold"]
     assert tau.shape == (2, 2, 6) and (tau == tau[0, 0]).all()  # beta is one scalar per layer
     tau = tau[0, 0]
@@ -49,10 +46,10 @@ def test_threshold_log_clamped_for_kappa_above_one():
 
 @pytest.mark.parametrize("model_name", ["tda", "trela"])
 @pytest.mark.parametrize("beta", [1.0, -1.0])
-def test_causal_and_future_keys_exactly_zero(model_name, beta):
+def test_causal_and_future_keys_exactly_zero(model_name, beta, tokens):
     model = threshold_model(model_name)
     set_beta(model, beta)
-    x = tokens()
+    x = tokens(2, N_POS)
     y = x.clone()
     y[:, 5:] = (y[:, 5:] + 1) % 5
     logits_x, cache = model.run_with_cache(x)
@@ -67,10 +64,10 @@ def test_causal_and_future_keys_exactly_zero(model_name, beta):
 
 
 @pytest.mark.parametrize("rope", [True, False])
-def test_tda_hooks_agree_with_equations(rope):
+def test_tda_hooks_agree_with_equations(rope, tokens):
     model = threshold_model(rope=rope, p=3.0)
     set_beta(model, 0.7)
-    _, cache = model.run_with_cache(tokens())
+    _, cache = model.run_with_cache(tokens(2, N_POS))
     attn, c = model.blocks[0].attn, lambda name: cache[f"blocks.0.attn.{name}"]
     mask = causal_mask(N_POS, N_POS)
     unit = lambda t: F.normalize(apply_rope(t) if rope else t, dim=-1)  # noqa: E731
@@ -96,20 +93,20 @@ def test_tda_hooks_agree_with_equations(rope):
     torch.testing.assert_close(c("hook_z"), O / O.pow(2).mean(-1, keepdim=True).add(1e-5).sqrt())
 
 
-def test_trela_hooks_are_one_view_without_lambda():
-    _, cache = threshold_model("trela").run_with_cache(tokens())
+def test_trela_hooks_are_one_view_without_lambda(tokens):
+    _, cache = threshold_model("trela").run_with_cache(tokens(2, N_POS))
     names = {n.split("attn.")[1] for n in cache.keys() if ".attn." in n}
     assert {"hook_scores_1", "hook_threshold", "hook_view_1", "hook_pattern"} <= names
     assert not names & {"hook_scores_2", "hook_view_2", "hook_lambda", "hook_q2", "hook_k2"}
     torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"], cache["blocks.0.attn.hook_view_1"])
 
 
-def test_lambda_is_a_sigmoid_not_a_clamp():
+def test_lambda_is_a_sigmoid_not_a_clamp(tokens):
     model = threshold_model(lambda_init=0.9)
     attn = model.blocks[0].attn
     with torch.no_grad():
         attn.lambda_logit.fill_(8.0)  # lambda = 0.99966: a clamp at 1 - eps would pass no gradient
-    model(tokens()).square().sum().backward()
+    model(tokens(2, N_POS)).square().sum().backward()
     assert attn.lambda_logit.grad is not None and attn.lambda_logit.grad != 0
     with pytest.raises(ValueError, match="lambda_init"):
         threshold_model(lambda_init=1.0)
@@ -155,11 +152,11 @@ class Reference(torch.nn.Module):
         return self.attn.reference(*args)
 
 
-def test_row_with_no_survivor_gives_zero_output_and_finite_grads():
+def test_row_with_no_survivor_gives_zero_output_and_finite_grads(tokens):
     model = threshold_model()
     with model.hooks(fwd_hooks=[("blocks.0.attn.hook_scores_1", lambda s, hook: torch.full_like(s, -1.0)),
                                 ("blocks.0.attn.hook_scores_2", lambda s, hook: torch.full_like(s, -1.0))]):
-        logits, cache = model.run_with_cache(tokens())
+        logits, cache = model.run_with_cache(tokens(2, N_POS))
         logits.square().sum().backward()
     assert (cache["blocks.0.attn.hook_pattern"] == 0).all()
     assert (cache["blocks.0.attn.hook_z"] == 0).all()
@@ -168,10 +165,10 @@ def test_row_with_no_survivor_gives_zero_output_and_finite_grads():
 
 
 @pytest.mark.parametrize("model_name", ["tda", "trela"])
-def test_bf16_autocast_finite(model_name):
+def test_bf16_autocast_finite(model_name, tokens):
     model = threshold_model(model_name)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        logits = model(tokens(3 * N_POS))  # also longer than n_ctx
+        logits = model(tokens(2, 3 * N_POS))  # also longer than n_ctx
     logits.float().square().sum().backward()
     assert torch.isfinite(logits).all()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
