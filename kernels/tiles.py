@@ -68,6 +68,14 @@ def per_position(x: torch.Tensor, B: int, H: int, T: int, name: str) -> torch.Te
 
 
 @triton.jit
+def program_tile(H, BLOCK: tl.constexpr):
+    """This program's batch row ``b``, head ``h`` and sequence-head ``bh``, and the positions of
+    its tile of ``BLOCK`` rows (the grid is tiles x sequence-heads)."""
+    bh = tl.program_id(1)
+    return bh // H, bh % H, bh, tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+
+
+@triton.jit
 def head_base(ptr, b, h, strides):
     """Pointer to element [b, 0, h, 0] of a ``[batch, pos, head, d_head]`` tensor;
     ``strides`` is its ``.stride()`` tuple."""

@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import threshold
-from kernels.tiles import (causal_tile, check_heads, head_base, launch_meta, load_row, load_tile,
+from kernels.tiles import (causal_tile, check_heads, head_base, launch_meta, load_row, load_tile, program_tile,
                            rows_base, store_row, store_tile, tile_needed)
 
 
@@ -70,11 +70,9 @@ def _view_rows(X1, X2, pos, T, s1, s2, D: tl.constexpr, TWO_VIEWS: tl.constexpr)
 def _fwd(Q1, K1, Q2, K2, V, TAU, LAM, Z, sq1, sk1, sq2, sk2, sv, sz, T, H,
          D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POWER: tl.constexpr,
          TWO_VIEWS: tl.constexpr, PREC: tl.constexpr, SKIP_ZERO_TILES: tl.constexpr):
-    bh = tl.program_id(1)
-    b, h = bh // H, bh % H
+    b, h, bh, offs_m = program_tile(H, BLOCK_M)
     K1, K2, V = head_base(K1, b, h, sk1), head_base(K2, b, h, sk2), head_base(V, b, h, sv)
     lam = tl.load(LAM + bh)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     q1, q2 = _view_rows(head_base(Q1, b, h, sq1), head_base(Q2, b, h, sq2), offs_m, T, sq1, sq2, D, TWO_VIEWS)
     tau = load_row(rows_base(TAU, bh, T), offs_m, T)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
@@ -111,11 +109,9 @@ def _bwd_dkdv(Q1, K1, Q2, K2, V, TAU, LAM, DO, DK1, DK2, DV, sq1, sk1, sq2, sk2,
               D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POWER: tl.constexpr,
               TWO_VIEWS: tl.constexpr, PREC: tl.constexpr):
     """One key tile: dK1 (dK2) and dV, all with strides ``sg``."""
-    bh = tl.program_id(1)
-    b, h = bh // H, bh % H
+    b, h, bh, offs_n = program_tile(H, BLOCK_N)
     Q1, Q2, DO, TAU = head_base(Q1, b, h, sq1), head_base(Q2, b, h, sq2), head_base(DO, b, h, so), rows_base(TAU, bh, T)
     lam = tl.load(LAM + bh)
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     k1, k2 = _view_rows(head_base(K1, b, h, sk1), head_base(K2, b, h, sk2), offs_n, T, sk1, sk2, D, TWO_VIEWS)
     v = load_tile(head_base(V, b, h, sv), offs_n, T, sv, D)
     dk1 = tl.zeros([BLOCK_N, D], tl.float32)
@@ -142,11 +138,9 @@ def _bwd_dq(Q1, K1, Q2, K2, V, TAU, LAM, DO, DQ1, DQ2, DTAU, DLAM, sq1, sk1, sq2
             D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POWER: tl.constexpr,
             TWO_VIEWS: tl.constexpr, PREC: tl.constexpr):
     """One query tile: dQ1 (dQ2) with strides ``sg``, dtau_i and the per-row part of dlam."""
-    bh = tl.program_id(1)
-    b, h = bh // H, bh % H
+    b, h, bh, offs_m = program_tile(H, BLOCK_M)
     K1, K2, V = head_base(K1, b, h, sk1), head_base(K2, b, h, sk2), head_base(V, b, h, sv)
     lam = tl.load(LAM + bh)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     q1, q2 = _view_rows(head_base(Q1, b, h, sq1), head_base(Q2, b, h, sq2), offs_m, T, sq1, sq2, D, TWO_VIEWS)
     do = load_tile(head_base(DO, b, h, so), offs_m, T, so, D)
     tau = load_row(rows_base(TAU, bh, T), offs_m, T)
