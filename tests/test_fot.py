@@ -98,7 +98,8 @@ def test_rope_option_rotates_q_and_k(tokens, tiny_model):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_autocast_and_strong_forgetting_are_finite(dtype, tokens, tiny_model):
-    model = tiny_model("fot", n_heads=2, attention_options={"forget_bias": -30.0})  # log f ~ -30 a token: D reaches -1e4
+    # log f ~ -30 per token: D reaches -1e4
+    model = tiny_model("fot", n_heads=2, attention_options={"forget_bias": -30.0})
     with torch.autocast("cpu", dtype=dtype):
         logits, cache = model.run_with_cache(tokens(3, 400))
     assert torch.isfinite(logits).all()

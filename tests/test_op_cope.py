@@ -35,7 +35,8 @@ def test_sequences_longer_than_training_and_clamped_cope_positions(small_blocks,
     with torch.no_grad():  # a non-zero position table, so the interpolation matters
         for model in (reference_model, rows_model):
             for block in model.blocks:
-                block.attn.pos_emb.copy_(torch.randn(block.attn.pos_emb.shape, generator=torch.Generator().manual_seed(3)))
+                pos_emb = block.attn.pos_emb
+                pos_emb.copy_(torch.randn(pos_emb.shape, generator=torch.Generator().manual_seed(3)))
     assert_same_model(reference_model, rows_model, tokens(2, 30, seed=2))
 
 
@@ -43,4 +44,5 @@ def test_rows_gradcheck(small_blocks):
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 7, 2, 4, generator=gen, dtype=torch.float64) for _ in range(3))
     pos_emb = torch.randn(5, 4, generator=gen, dtype=torch.float64)
-    assert torch.autograd.gradcheck(implementation("cope", "rows"), tuple(t.requires_grad_() for t in (q, k, v, pos_emb)))
+    inputs = tuple(t.requires_grad_() for t in (q, k, v, pos_emb))
+    assert torch.autograd.gradcheck(implementation("cope", "rows"), inputs)

@@ -124,7 +124,8 @@ def test_tda_with_negative_beta_and_trela_with_power_one(small_blocks, model_pai
         for model in (reference_model, rows_model):
             model.blocks[0].attn.beta.fill_(-0.5)
     assert_same_model(reference_model, rows_model, tokens(2, 33, seed=4))
-    assert_same_model(*model_pair("trela", "rows", attention_options={"p": 1.0, "beta_init": 0.2}), tokens(2, 33, seed=5))
+    trela_pair = model_pair("trela", "rows", attention_options={"p": 1.0, "beta_init": 0.2})
+    assert_same_model(*trela_pair, tokens(2, 33, seed=5))
 
 
 def test_rows_gradcheck(small_blocks):

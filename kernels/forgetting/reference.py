@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels.common import MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_scores, through, upcast
+from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_scores, through,
+                            upcast)
 
 
 def forgetting_reference(q, k, v, log_f, hooks: Hooks = NO_HOOKS, drop_logits=no_dropout) -> torch.Tensor:

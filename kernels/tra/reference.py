@@ -35,7 +35,8 @@ def tra_reference(q, k, v, log_delta, hooks: Hooks = NO_HOOKS, drop_logits=no_dr
     D_bar = through(hooks, "hook_dbar", contextual_distance(M))  # eq. 6-7
     log_decay = through(hooks, "hook_log_decay", D_bar * upcast(log_delta)[..., None])  # eq. 9, in log space
     removed = M == 0
-    A_bar = through(hooks, "hook_attn_logits", drop_logits(S_thr + log_decay).masked_fill(removed, MASK_FILL))  # eq. 10-11
+    A_bar = through(hooks, "hook_attn_logits",
+                    drop_logits(S_thr + log_decay).masked_fill(removed, MASK_FILL))  # eq. 10-11
     # eq. 12; zeroing the removed keys also empties the rows with no surviving key
     A = through(hooks, "hook_pattern", torch.softmax(A_bar, dim=-1).masked_fill(removed, 0.0))
     return apply_pattern(A, v)
