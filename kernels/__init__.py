@@ -1,16 +1,17 @@
-"""Fused Triton kernels (FlashAttention-style, never materialising the T x T matrix) for
-the mechanisms with a streaming form: TRA, FoT, trela and TDA. Each is exact against the
-mechanism's ``reference`` in ``models.attention`` (see ``tests/test_kernels.py``); ``kernels``
-imports neither ``models`` nor ``interp``.
+"""The attention ops with a fast path, one folder each, after flash-linear-attention's
+``fla/ops/<op>/``: ``tra``, ``forgetting`` (FoT), ``cope``, ``threshold`` (trela and TDA).
 
-Inputs are ``[batch, pos, head, d_head]`` with any strides; CUDA tensors, or CPU tensors
-under ``TRITON_INTERPRET=1``. ``kernels.bench`` times them against PyTorch and SDPA.
-``kernels.rows`` is the CPU path (plain PyTorch, blocks of query rows, hand-written backward)
-for the same mechanisms and CoPE.
+- ``kernels/<op>/reference.py``: the op's math in plain PyTorch, one function that takes a
+  mechanism's hooks: the spec, and what ``models.attention`` runs when a hook needs the full
+  ``[query, key]`` matrices.
+- ``kernels/<op>/rows.py``: its CPU path, blocks of query rows with a hand-written backward
+  (the blocks themselves in ``kernels/rows.py``).
+- ``kernels/<op>/triton.py``: its streaming (FlashAttention-style) Triton kernel, never
+  materialising the T x T matrix (CoPE has none); the tile helpers in ``kernels/tiles.py``.
+
+Every implementation of an op takes the same arguments as its reference (``tests/test_op_<op>.py``
+compares them, forward and backward). ``kernels/common.py`` holds what they share (the mask
+fill, the causal mask, the suffix sum, TDA's threshold), imports no triton, and ``models``
+imports it; ``kernels.bench`` times the kernels against PyTorch and SDPA. ``kernels`` imports
+neither ``models`` nor ``interp``.
 """
-
-from kernels.forgetting import forgetting_attention
-from kernels.threshold import differential_threshold_attention, threshold_attention
-from kernels.tra import tra_attention
-
-__all__ = ["differential_threshold_attention", "forgetting_attention", "threshold_attention", "tra_attention"]

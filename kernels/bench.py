@@ -25,9 +25,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from kernels.forgetting import forgetting_attention
-from kernels.threshold import differential_threshold_attention, threshold_attention
-from kernels.tra import tra_attention
+from kernels.forgetting.triton import forgetting_attention
+from kernels.threshold.triton import differential_threshold_attention, threshold_attention
+from kernels.tra.triton import tra_attention
 
 KERNELS: dict[str, Callable] = {"tra": tra_attention, "fot": forgetting_attention, "trela": threshold_attention,
                                 "tda": differential_threshold_attention}

@@ -20,8 +20,8 @@ from torch import nn
 from transformer_lens import FactoredMatrix, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
+from kernels.common import upcast
 from models.attention import get_attention_class
-from models.attention.base import upcast
 from models.config import ModelConfig
 from models.lens import HookedModelMixin
 from models.tokens import as_token_ids

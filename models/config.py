@@ -77,7 +77,7 @@ class ModelConfig:
     attention: str | None = None
     pos_embed: str = "none"
     attention_options: dict[str, Any] = field(default_factory=dict)
-    attention_impl: str = "auto"  # "auto" | "reference" | "rows" | "triton" (see Attention.fast_path)
+    attention_impl: str = "auto"  # "auto" | "reference" | "rows" | "triton" (see Attention.implementation)
     # The block recipe (see models.backbone.Block and init_weights). Defaults: the Llama-style
     # pre-norm block with scaled normal init and no biases.
     norm_placement: str = "pre"   # "pre": x + f(norm(x)); "stream": x = norm(x), then x + f(x)

@@ -1,16 +1,22 @@
 """What several test files share: the models to parametrise over, how gradients are compared,
-a figure of every kind that interp.plots draws, and headless Chromium."""
+a figure of every kind that interp.plots draws, headless Chromium, and how an op's
+implementations are compared with its reference (``tests/test_op_*.py``)."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import shutil
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+import torch.nn.functional as F
 
 from models.attention import get_attention_class
 from models.config import MODEL_FAMILIES
@@ -18,10 +24,10 @@ from models.config import MODEL_FAMILIES
 
 def models_with(path: str) -> list[str]:
     """One model name per registered mechanism that has ``path`` (``"triton"`` or ``"rows"``)
-    among its ``FAST_PATHS``: a new mechanism with a fast path is tested without editing the tests."""
+    among its ``IMPLEMENTATIONS``: a new mechanism with a fast path is tested without editing the tests."""
     by_mechanism = {}
     for model, (mechanism, _, _) in MODEL_FAMILIES.items():
-        if mechanism and path in get_attention_class(mechanism).FAST_PATHS:
+        if mechanism and path in get_attention_class(mechanism).IMPLEMENTATIONS:
             by_mechanism.setdefault(mechanism, model)
     return list(by_mechanism.values())
 
@@ -141,3 +147,232 @@ def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
                           f"--user-data-dir={tmp_path / 'profile'}", *args], capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stderr[-2000:]
     return run
+
+# Comparing an op's implementations with its reference, on ``B`` sequences of ``H`` heads.
+#
+# Tolerances (float32): max abs error 1e-4 on outputs, relative RMS error 1e-3 on gradients
+# (:func:`relative_errors`). For the threshold ops (TRA's S > 0, trela/TDA's s > tau) a score within
+# ``NEAR`` of its threshold could legitimately fall on the other side in a differently ordered
+# float32 sum, so rows holding such a score are left out of the comparison (their upstream gradient
+# is zeroed); ``test_threshold_flips`` counts the entries that actually flip.
+B, H = 2, 2
+NEAR = 1e-4
+
+
+@dataclass
+class Case:
+    """One comparison. ``blocks``: the Triton kernel's (BLOCK_M, BLOCK_N); ``scale`` multiplies
+    q and k (raw TRA scores instead of RMS-normalised ones); ``gate``: the forget-gate logit
+    offset (negative: strong forgetting); ``empty``: the middle half of the rows has no
+    surviving key; ``p_max``: CoPE's table size (small: clamped positions)."""
+    T: int
+    D: int
+    layout: str = "contiguous"
+    blocks: tuple = (32, 32)
+    scale: float = 1.0
+    gate: float = 0.0
+    beta: float = 1.0
+    p: float = 2.0
+    kappa: float = 1.0
+    empty: bool = False
+    p_max: int = 6
+    dtype: torch.dtype = torch.float32
+
+    def __str__(self):
+        changed = [f"{f.name}={getattr(self, f.name)}".replace(" ", "") for f in fields(self)[2:]
+                   if getattr(self, f.name) != f.default]
+        return "-".join([f"T{self.T}", f"D{self.D}", *changed])
+
+
+def placed(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """``x [batch, pos, head, d]`` copied into a leaf with the given memory layout."""
+    b, t, h, d = x.shape
+    like = {"dtype": x.dtype, "device": x.device}
+    if layout == "contiguous":
+        out = torch.empty(b, t, h, d, **like)
+    elif layout == "transposed":  # a [batch, head, pos, d] buffer seen as [batch, pos, head, d]
+        out = torch.empty(b, h, t, d, **like).transpose(1, 2)
+    elif layout == "strided":  # every other batch row and feature of a larger buffer
+        out = torch.empty(2 * b, t, h, 2 * d, **like)[::2, :, :, ::2]
+    else:
+        raise ValueError(layout)
+    with torch.no_grad():
+        out.copy_(x)
+    return out.requires_grad_()
+
+
+def unit_rows(x: torch.Tensor) -> torch.Tensor:
+    return F.normalize(x, dim=-1)
+
+
+def rms_rows(x: torch.Tensor) -> torch.Tensor:
+    return x / x.pow(2).mean(-1, keepdim=True).sqrt()
+
+
+def draw_qkv(case: Case, gen: torch.Generator, device, n_qk: int = 2, normalise: Callable | None = None) -> dict:
+    """Leaf tensors ``qk0, qk1, ...`` (``n_qk`` of them: q, k, and a second view's q, k) and
+    ``v``, ``[B, T, H, D]`` in ``case.layout`` and ``case.dtype`` on ``device``, drawn on the CPU
+    so that every device sees the same values: q and k normalised and scaled by
+    ``case.scale``; with ``case.empty``, keys in the positive orthant and the middle half of
+    the queries in the negative one."""
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen).to(device)
+
+    qk = [(normalise(randn(B, case.T, H, case.D)) if normalise else randn(B, case.T, H, case.D)) * case.scale
+          for _ in range(n_qk)]
+    if case.empty:
+        middle = slice(case.T // 4, 3 * case.T // 4)
+        qk[1] = qk[1].abs()
+        qk[0][:, middle] = -qk[0][:, middle].abs()
+    tensors = {f"qk{i}": placed(x.to(case.dtype), case.layout) for i, x in enumerate(qk)}
+    tensors["v"] = placed(randn(B, case.T, H, case.D).to(case.dtype), case.layout)
+    return tensors
+
+
+def draw_gated(case: Case, gen: torch.Generator, device) -> dict:
+    """:func:`draw_qkv` with q, k RMS-normalised, and ``log_gate``, the log of a forget gate
+    ``[B, H, T]`` around ``sigmoid(case.gate)`` (TRA's delta, FoT's f)."""
+    x = draw_qkv(case, gen, device, normalise=rms_rows)
+    x["log_gate"] = F.logsigmoid(torch.randn(B, H, case.T, generator=gen).to(device) + case.gate).requires_grad_()
+    return x
+
+
+def fast_implementations(mechanism: str) -> list[str]:
+    """The implementations mechanism ``mechanism`` declares besides its reference."""
+    return [name for name in get_attention_class(mechanism).IMPLEMENTATIONS if name != "reference"]
+
+
+def implementation(mechanism: str, name: str, case: Case | None = None) -> Callable:
+    """Implementation ``name`` of ``mechanism``'s op, as the model calls it; the Triton kernel
+    with ``case``'s tiles (skipped where triton is not installed)."""
+    fn = get_attention_class(mechanism).IMPLEMENTATIONS[name]
+    if name != "triton":
+        return fn
+    pytest.importorskip("triton", reason="triton is not installed")
+    return fn if case is None else functools.partial(fn, block_m=case.blocks[0], block_n=case.blocks[1])
+
+
+def run(fn: Callable, x: dict, dz: torch.Tensor, **options) -> tuple[torch.Tensor, dict]:
+    """``fn(*x.values(), **options)`` and the gradients of ``<z, dz>`` for every input."""
+    z = fn(*x.values(), **options)
+    grads = torch.autograd.grad(z, list(x.values()), dz.to(z.dtype))
+    for g, t in zip(grads, x.values()):
+        assert g.shape == t.shape and g.dtype == t.dtype and torch.isfinite(g).all()
+    return z, dict(zip(x, grads))
+
+
+def errors(a: tuple, b: tuple, rows: torch.Tensor) -> dict:
+    (z, grads), (z_ref, grads_ref) = a, b
+    return {"out": ((z.double() - z_ref.double()).abs() * rows).max().item(),
+            "grads": relative_errors(grads, grads_ref)}
+
+
+def compare(fn: Callable, reference: Callable, make_inputs: Callable, near: Callable, case: Case, device,
+            **options) -> dict:
+    """``fn`` on ``make_inputs(case, generator, device)`` (``case.dtype``) against ``reference``
+    in float32 on the same values and, for half precision, ``reference`` in ``case.dtype``
+    against the same float32 run (what rounding alone costs). Rows with a score near a
+    threshold (``near(x, case)``, ``[batch, head, query, key]``) are left out."""
+    gen = torch.Generator().manual_seed(0)
+    x = make_inputs(case, gen, device)
+    x32 = {key: t.detach().float().requires_grad_() for key, t in x.items()}
+    keep = ~near(x32, case).any(-1)                                             # [batch, head, query_pos]
+    rows = keep.transpose(1, 2)[..., None].to(device)
+    dz = torch.randn(B, case.T, H, case.D, generator=gen).to(device) * rows
+    exact = run(reference, x32, dz, **options)
+    fast = run(fn, x, dz, **options)
+    assert fast[0].dtype == case.dtype
+    result = {"fast": errors(fast, exact, rows), "left_out_rows": int((~keep).sum())}
+    if case.dtype != torch.float32:
+        result["reference"] = errors(run(reference, x, dz, **options), exact, rows)
+    return result
+
+
+def check(*args, **options):
+    """:func:`compare`'s arguments. float32: outputs within 1e-4, gradients within 1e-3; bf16 and
+    fp16: the fast path about as close to the float32 computation as the reference run in that
+    dtype is."""
+    result = compare(*args, **options)
+    fast = result["fast"]
+    if "reference" not in result:
+        assert fast["out"] <= 1e-4, result
+        assert all(e < 1e-3 for e in fast["grads"].values()), result
+        return
+    reference = result["reference"]
+    assert fast["out"] <= 2 * reference["out"] + 1e-3, result
+    assert all(fast["grads"][key] <= 2 * err + 1e-2 for key, err in reference["grads"].items()), result
+
+
+def half_precision(case: Case) -> list[Case]:
+    """``case`` in bf16 and in fp16 (float32 accumulation inside)."""
+    return [dataclasses.replace(case, dtype=dtype) for dtype in (torch.bfloat16, torch.float16)]
+
+
+def slow(cases: list[Case]) -> list:
+    """``cases`` as parameters marked slow (the interpreter's sweeps)."""
+    return [pytest.param(case, marks=pytest.mark.slow, id=str(case)) for case in cases]
+
+
+def no_threshold(x: dict, case: Case) -> torch.Tensor:
+    """:func:`compare`'s ``near`` for an op without a threshold: no row left out."""
+    return torch.zeros(B, H, case.T, case.T, dtype=torch.bool)
+
+
+def positions(key: str, t: torch.Tensor, index) -> torch.Tensor:
+    """``t[positions index]`` for an input ``[batch, pos, ...]``, or ``[batch, head, pos]``
+    for a per-position gate (key ``log_gate``)."""
+    return t[..., index] if key == "log_gate" else t[:, index]
+
+
+def check_future_tiles_never_read(fn: Callable, x: dict, cut: int, **options):
+    """NaN in every position from ``cut`` (a tile boundary) on leaves the rows before it exactly
+    as a run on the truncated sequence: no future tile is read (a masked but loaded NaN value
+    would still poison P V through 0 * NaN). Per-head or per-layer scalars are passed as
+    ``options``."""
+    poisoned = {key: t.clone() for key, t in x.items()}
+    for key, t in poisoned.items():
+        positions(key, t, slice(cut, None)).fill_(float("nan"))
+    with torch.no_grad():
+        z = fn(*poisoned.values(), **options)[:, :cut]
+        z_truncated = fn(*(positions(key, t, slice(cut)) for key, t in x.items()), **options)
+    assert torch.isfinite(z).all()
+    torch.testing.assert_close(z, z_truncated, rtol=0, atol=0)
+
+
+def pattern_of(reference: Callable, x: dict, **options) -> torch.Tensor:
+    """The reference's ``hook_pattern`` ``[batch, head, query_pos, key_pos]`` on ``x``."""
+    cache = {}
+    reference(*x.values(), hooks={"hook_pattern": lambda A: cache.setdefault("pattern", A)}, **options)
+    return cache["pattern"]
+
+
+def check_threshold_flips(kernel: Callable, reference: Callable, x: dict, near: torch.Tensor, case: Case, **options):
+    """Read the kernel's whole pattern through one-hot values (v_j = e_(j - c) for the keys of a
+    D-wide column block c) and compare its support with the reference's: keys may only change
+    sides where the score is within NEAR of the threshold (``near``)."""
+    pattern = torch.zeros(B, H, case.T, case.T)
+    device = x["v"].device
+    with torch.no_grad():
+        for start in range(0, case.T, case.D):
+            width = min(case.D, case.T - start)
+            one_hot = torch.zeros(B, case.T, H, case.D)
+            one_hot[:, start:start + width, :, :width] = torch.eye(width)[None, :, None, :]
+            z = kernel(*{**x, "v": one_hot.to(device)}.values(), **options)
+            pattern[..., start:start + width] = z[..., :width].transpose(1, 2).cpu()
+        expected = pattern_of(reference, x, **options).cpu()
+    flips = (pattern != 0) != (expected != 0)
+    assert not (flips & ~near).any()
+    torch.testing.assert_close(pattern, expected, rtol=0, atol=1e-5)
+    print(f"{int(flips.sum())} flips among {int(near.sum())} scores within {NEAR} of the threshold")
+
+
+def assert_same_model(reference: torch.nn.Module, other: torch.nn.Module, tokens: torch.Tensor, tol: float = 1e-4):
+    """Two models with the same weights (``model_pair``) give the same output, within ``tol``,
+    and the same parameter gradients, within 1e-3 (:func:`relative_errors`)."""
+    out_ref, out_other = reference(tokens), other(tokens)
+    assert (out_ref - out_other).abs().max() < tol
+    out_ref.square().mean().backward()
+    out_other.square().mean().backward()
+    errors = relative_errors({name: p.grad for name, p in other.named_parameters()},
+                             {name: p.grad for name, p in reference.named_parameters()})
+    assert max(errors.values()) < 1e-3, errors

@@ -14,24 +14,13 @@ BLOCK_HOOKS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_ou
                "mlp.hook_pre", "mlp.hook_post")
 
 
-def tiny(name, **overrides):
-    torch.manual_seed(0)
-    cfg = ModelConfig.from_preset(name, "tiny", n_ctx=32, **overrides)
-    return build_model(cfg).eval()
-
-
-def flipflop_tokens(batch=2, n_pos=24, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 5, (batch, n_pos), generator=g)
-
-
 @pytest.mark.parametrize("name", ATTENTION_MODELS)
-def test_hook_names_and_shapes(name):
-    model = tiny(name, n_heads=2)
-    tokens = flipflop_tokens()
-    logits, cache = model.run_with_cache(tokens)
+def test_hook_names_and_shapes(name, tokens, tiny_model):
+    model = tiny_model(name, n_ctx=32, n_heads=2)
+    x = tokens(2, 24, seed=0)
+    logits, cache = model.run_with_cache(x)
     assert isinstance(cache, ActivationCache)
-    B, P = tokens.shape
+    B, P = x.shape
     cfg = model.cfg
     assert logits.shape == (B, P, cfg.d_vocab)
     assert cache["hook_embed"].shape == (B, P, cfg.d_model)
@@ -49,38 +38,38 @@ def test_hook_names_and_shapes(name):
     assert get_act_name("pattern", 0) == "blocks.0.attn.hook_pattern"
     for value in cache.cache_dict.values():
         assert value.shape[0] == B, "every hooked tensor has a batch dimension"
-    assert torch.allclose(logits, model(tokens), atol=1e-5), "caching must not change the output"
+    assert torch.allclose(logits, model(x), atol=1e-5), "caching must not change the output"
 
 
 @pytest.mark.parametrize("name", ATTENTION_MODELS)
-def test_causal_invariance(name):
-    model = tiny(name)
-    tokens = flipflop_tokens(n_pos=20)
-    changed = tokens.clone()
+def test_causal_invariance(name, tokens, tiny_model):
+    model = tiny_model(name, n_ctx=32)
+    x = tokens(2, 20, seed=0)
+    changed = x.clone()
     t = 11
     changed[:, t + 1:] = (changed[:, t + 1:] + 1) % 5
     for run in (model, lambda x: model.run_with_cache(x)[0]):
-        a, b = run(tokens), run(changed)
+        a, b = run(x), run(changed)
         assert torch.allclose(a[:, :t + 1], b[:, :t + 1], atol=1e-5)
         assert not torch.allclose(a[:, t + 1:], b[:, t + 1:])
 
 
 @pytest.mark.parametrize("name", ATTENTION_MODELS)
-def test_zero_ablating_pattern_changes_logits(name):
-    model = tiny(name)
-    tokens = flipflop_tokens()
-    clean = model(tokens)
+def test_zero_ablating_pattern_changes_logits(name, tokens, tiny_model):
+    model = tiny_model(name, n_ctx=32)
+    x = tokens(2, 24, seed=0)
+    clean = model(x)
     ablated = model.run_with_hooks(
-        tokens, fwd_hooks=[("blocks.1.attn.hook_pattern", lambda a, hook: torch.zeros_like(a))])
+        x, fwd_hooks=[("blocks.1.attn.hook_pattern", lambda a, hook: torch.zeros_like(a))])
     assert not torch.allclose(clean, ablated, atol=1e-4)
-    assert torch.allclose(model(tokens), clean), "hooks are removed after run_with_hooks"
+    assert torch.allclose(model(x), clean), "hooks are removed after run_with_hooks"
 
 
 @pytest.mark.parametrize("name", ATTENTION_MODELS)
-def test_finite_everywhere(name):
+def test_finite_everywhere(name, tokens, tiny_model):
     """Random inputs, inputs longer than n_ctx, and bf16 autocast: no NaN or Inf in the
     outputs or in any parameter gradient."""
-    model = tiny(name).train()
+    model = tiny_model(name, n_ctx=32).train()
     if model.cfg.pos_embed == "learned":
         lengths = (model.cfg.n_ctx,)
     else:
@@ -89,7 +78,7 @@ def test_finite_everywhere(name):
         for autocast in (False, True):
             model.zero_grad()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                logits = model(flipflop_tokens(n_pos=n_pos))
+                logits = model(tokens(2, n_pos, seed=0))
             assert torch.isfinite(logits).all(), (n_pos, autocast)
             logits.float().logsumexp(-1).mean().backward()
             for pname, p in model.named_parameters():
@@ -107,11 +96,11 @@ def test_gradcheck_float64(name):
     assert torch.autograd.gradcheck(lambda inp: attn(inp), (x,), eps=1e-6, atol=1e-5)
 
 
-def test_lstm_has_the_same_interface():
-    model = tiny("lstm")
-    tokens = flipflop_tokens()
-    logits, cache = model.run_with_cache(tokens)
+def test_lstm_has_the_same_interface(tokens, tiny_model):
+    model = tiny_model("lstm", n_ctx=32)
+    x = tokens(2, 24, seed=0)
+    logits, cache = model.run_with_cache(x)
     assert logits.shape == (2, 24, 5) and cache["hook_hidden"].shape == (2, 24, 128)
-    changed = tokens.clone()
+    changed = x.clone()
     changed[:, 15:] = (changed[:, 15:] + 1) % 5
     assert torch.allclose(model(changed)[:, :15], logits[:, :15], atol=1e-6)

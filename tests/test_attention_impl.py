@@ -1,7 +1,9 @@
-"""``attention_impl``: whole models on the Triton kernels equal their reference path, on the
-``device`` fixture's device (the GPU, or the CPU under Triton's interpreter); a cache that needs
-the [query, key] matrices switches to the reference (saying so); ``reference`` is honoured by
-every mechanism, softmax included."""
+"""``attention_impl`` and the one place that picks a mechanism's implementation
+(``Attention.implementation``): whole models on ``rows`` (the CPU path, what ``auto`` runs on the
+CPU) and on the Triton kernels (on the ``device`` fixture's device: the GPU, or the CPU under
+Triton's interpreter) equal their reference path forward and backward; a cache that needs the
+[query, key] matrices switches to the reference (saying so); ``reference`` is honoured by every
+mechanism, softmax included. Each op's implementations against its reference: ``tests/test_op_*.py``."""
 
 import warnings
 
@@ -9,45 +11,48 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import kernels.rows
+from kernels.threshold.rows import ThresholdRowsFunction
 from models import ModelConfig, build_model
-from support import models_with, relative_errors
+from models.attention import REGISTRY
+from support import assert_same_model, models_with
 
-pytest.importorskip("triton", reason="triton is not installed")
-
+ROWS_MODELS = models_with("rows")
 KERNEL_MODELS = models_with("triton")
 
 
-def pair(name, device, impl="triton", **overrides):
-    """The same weights built twice, on ``device``: with ``attention_impl="reference"`` and with ``impl``."""
-    cfg = ModelConfig.from_preset(name, "tiny", **{"n_ctx": 32, "n_heads": 2, "d_model": 32, **overrides})
-    torch.manual_seed(0)
-    reference = build_model(ModelConfig.from_dict({**cfg.to_dict(), "attention_impl": "reference"})).to(device)
-    other = build_model(ModelConfig.from_dict({**cfg.to_dict(), "attention_impl": impl})).to(device)
-    other.load_state_dict(reference.state_dict())
-    return reference, other
-
-
-def tokens(batch, n_pos, device, seed=1):
-    return torch.randint(0, 5, (batch, n_pos), generator=torch.Generator().manual_seed(seed)).to(device)
+@pytest.mark.parametrize("name", ROWS_MODELS)
+@pytest.mark.parametrize("n_pos", [1, 37])
+def test_rows_model_equals_reference_model(name, n_pos, small_blocks, model_pair, tokens):
+    assert_same_model(*model_pair(name, "rows"), tokens(2, n_pos))
 
 
 @pytest.mark.parametrize("name", KERNEL_MODELS)
-def test_triton_model_equals_reference_model(name, device):
-    reference, fused = pair(name, device)
-    x = tokens(2, 37, device)
-    out_ref, out_fused = reference(x), fused(x)
-    assert (out_ref - out_fused).abs().max() < 1e-4
-    out_ref.square().mean().backward()
-    out_fused.square().mean().backward()
-    errors = relative_errors({pname: p.grad for pname, p in fused.named_parameters()},
-                             {pname: p.grad for pname, p in reference.named_parameters()})
-    assert max(errors.values()) < 1e-3, errors
+def test_triton_model_equals_reference_model(name, device, model_pair, tokens):
+    pytest.importorskip("triton", reason="triton is not installed")
+    assert_same_model(*model_pair(name, "triton", device, n_ctx=32), tokens(2, 37).to(device))
+
+
+def test_every_mechanism_declares_its_reference():
+    for name, mechanism in REGISTRY.items():
+        assert "reference" in mechanism.IMPLEMENTATIONS, name
+        assert set(mechanism.IMPLEMENTATIONS) <= {"reference", "rows", "triton", "sdpa"}, name
+
+
+@pytest.mark.parametrize("name", ROWS_MODELS)
+def test_auto_runs_rows_on_the_cpu_and_reference_under_hooks(name):
+    cfg = ModelConfig.from_preset(name, "tiny", n_ctx=32)
+    attn = build_model(cfg).blocks[0].attn
+    assert attn.implementation(torch.device("cpu")) == "rows"
+    attn.hook_pattern.add_hook(lambda t, hook: t)
+    assert attn.implementation(torch.device("cpu")) == "reference", "a hooked pattern needs the reference"
 
 
 @pytest.mark.parametrize("name", KERNEL_MODELS)
-def test_cache_switches_to_reference_and_says_so(name, device):
-    reference, fused = pair(name, device)
-    x = tokens(1, 20, device)
+def test_cache_switches_to_reference_and_says_so(name, device, model_pair, tokens):
+    pytest.importorskip("triton", reason="triton is not installed")
+    reference, fused = model_pair(name, "triton", device, n_ctx=32)
+    x = tokens(1, 20).to(device)
     with pytest.warns(UserWarning, match="run the PyTorch reference"):
         logits, cache = fused.run_with_cache(x)
     _, ref_cache = reference.run_with_cache(x)
@@ -57,11 +62,11 @@ def test_cache_switches_to_reference_and_says_so(name, device):
         fused.run_with_cache(x, names_filter=lambda n: n.endswith("hook_z"))
 
 
-def test_softmax_reference_never_runs_sdpa(device, monkeypatch):
+def test_softmax_reference_never_runs_sdpa(device, monkeypatch, model_pair, tokens):
     """``attention_impl="reference"`` computes S and A explicitly, as the hooks see them; ``auto``
     runs SDPA. Both give the same model."""
-    reference, auto = pair("rope", device, impl="auto")
-    x = tokens(2, 20, device)
+    reference, auto = model_pair("rope", "auto", device, n_ctx=32)
+    x = tokens(2, 20).to(device)
     out_auto = auto(x)
     calls = []
     monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *args, **kwargs: calls.append(args))
@@ -73,23 +78,32 @@ def test_softmax_reference_never_runs_sdpa(device, monkeypatch):
 def test_impl_choices(monkeypatch):
     cfg = ModelConfig.from_preset("tra", "tiny", n_ctx=32)
     attn = build_model(cfg).blocks[0].attn
-    assert attn.fast_path(torch.device("cpu")) == "rows", "auto runs kernels.rows on the CPU"
-    assert attn.fast_path(torch.device("cuda")) == "triton", "auto runs the Triton kernels on CUDA"
-    for impl, expected in [("reference", None), ("rows", "rows")]:
+    assert attn.implementation(torch.device("cpu")) == "rows", "auto runs kernels.rows on the CPU"
+    assert attn.implementation(torch.device("cuda")) == "triton", "auto runs the Triton kernels on CUDA"
+    for impl, expected in [("reference", "reference"), ("rows", "rows")]:
         impl_cfg = ModelConfig.from_dict({**cfg.to_dict(), "attention_impl": impl})
-        assert build_model(impl_cfg).blocks[0].attn.fast_path(torch.device("cpu")) == expected
+        assert build_model(impl_cfg).blocks[0].attn.implementation(torch.device("cpu")) == expected
     cope_cfg = ModelConfig.from_preset("cope", "tiny", n_ctx=32, attention_impl="triton")
-    assert build_model(cope_cfg).blocks[0].attn.fast_path(torch.device("cpu")) is None, "CoPE has no Triton kernel"
+    assert build_model(cope_cfg).blocks[0].attn.implementation(torch.device("cpu")) == "reference", \
+        "CoPE has no Triton kernel"
+    for impl in ("auto", "rows", "triton"):  # PyTorch's fused attention stands in for any fast path
+        softmax_cfg = ModelConfig.from_preset("rope", "tiny", n_ctx=32, attention_impl=impl)
+        assert build_model(softmax_cfg).blocks[0].attn.implementation(torch.device("cpu")) == "sdpa"
+    diff = build_model(ModelConfig.from_preset("diff", "tiny", n_ctx=32)).blocks[0].attn
+    q = torch.zeros(1, 4, 1, 32, requires_grad=True)
+    assert diff.implementation(torch.device("cpu"), q) == "reference", "Diff trains on its reference"
+    assert diff.implementation(torch.device("cpu"), q.detach()) == "sdpa"
     triton_cfg = ModelConfig.from_dict({**cfg.to_dict(), "attention_impl": "triton"})
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # unset already on a machine with CUDA
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
-        build_model(triton_cfg).blocks[0].attn.fast_path(torch.device("cpu"))
+        build_model(triton_cfg).blocks[0].attn.implementation(torch.device("cpu"))
     with pytest.raises(ValueError, match="attention_impl"):
         ModelConfig(model="tra", attention_impl="cuda")
 
 
 def test_benchmark_references_compute_what_the_kernels_compute(device):
     """``glitchlens bench kernels`` times the references with the kernels' arguments."""
+    pytest.importorskip("triton", reason="triton is not installed")
     from interp.bench import kernel_references
     from kernels.bench import KERNELS, random_inputs
 
@@ -99,3 +113,29 @@ def test_benchmark_references_compute_what_the_kernels_compute(device):
         torch.manual_seed(0)
         inputs, _ = random_inputs(name, 1, 20, 2, 16, torch.float32, device)
         assert (references[name](*inputs) - kernel(*inputs)).abs().max() < 1e-4, name
+
+
+@pytest.mark.parametrize("name", ROWS_MODELS)
+def test_rows_under_bf16_autocast_stays_finite(name, model_pair, tokens):
+    _, rows = model_pair(name, "rows")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = rows(tokens(2, 37))
+    out.float().square().mean().backward()
+    assert torch.isfinite(out.float()).all()
+    assert all(torch.isfinite(p.grad).all() for p in rows.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("name", ROWS_MODELS)
+def test_inference_forward_equals_reference_and_keeps_nothing(name, monkeypatch, model_pair, tokens):
+    """Without gradients the rows path runs its forward alone (blocks over a few
+    sequence-heads, TRA's logits up to a row constant): the same output as the reference."""
+    monkeypatch.setattr(kernels.rows, "INFERENCE_ROWS", 5)
+    monkeypatch.setattr(kernels.rows, "INFERENCE_BLOCK", 5 * 37 * 3)  # 3 of the 6 sequence-heads per block
+    monkeypatch.setattr(kernels.rows.SoftmaxRowsFunction, "apply", None)  # never the autograd path
+    monkeypatch.setattr(ThresholdRowsFunction, "apply", None)
+    reference, rows = model_pair(name, "rows")
+    x = tokens(3, 37, seed=6)
+    with torch.inference_mode():
+        assert (reference(x) - rows(x)).abs().max() < 1e-4
+    with torch.no_grad():
+        assert (reference(x) - rows(x)).abs().max() < 1e-4

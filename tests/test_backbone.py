@@ -147,12 +147,12 @@ def test_attention_dropout_runs_the_reference_instead_of_a_fast_path(name):
     tokens = torch.randint(0, 5, (2, 24), generator=torch.Generator().manual_seed(1))
     assert torch.equal(seeded(model, tokens, 3), seeded(reference, tokens, 3))
     attn = model.blocks[0].attn
-    if attn.FAST_PATHS:
-        assert attn.fast_path(torch.device("cpu")) is None
+    if "rows" in attn.IMPLEMENTATIONS:
+        assert attn.implementation(torch.device("cpu")) == "reference"
         model.eval()
-        assert attn.fast_path(torch.device("cpu")) == "rows"
+        assert attn.implementation(torch.device("cpu")) == "rows"
     named, _ = dropping(name, impl="rows")
-    if named.blocks[0].attn.FAST_PATHS:
+    if "rows" in named.blocks[0].attn.IMPLEMENTATIONS:
         with pytest.warns(UserWarning, match="attention dropout"):
             named(tokens)
 

@@ -5,8 +5,9 @@ import math
 import pytest
 import torch
 
+from kernels.common import causal_mask
+from kernels.cope.reference import interpolate
 from models import ModelConfig
-from models.attention.base import causal_mask
 from models.backbone import GlitchLensTransformer
 
 N_POS = 7
@@ -21,9 +22,6 @@ def cope_model(**options) -> GlitchLensTransformer:
     return model
 
 
-def tokens(n_pos=N_POS):
-    return torch.randint(0, 5, (2, n_pos), generator=torch.Generator().manual_seed(1))
-
 
 def test_embeddings_zero_initialised_shared_by_heads_default_p_max():
     cfg = ModelConfig(model="cope", n_layers=1, n_heads=2, d_model=16, n_ctx=N_POS)
@@ -33,11 +31,11 @@ def test_embeddings_zero_initialised_shared_by_heads_default_p_max():
 
 
 @pytest.mark.parametrize("p_max", [None, 4])
-def test_all_ones_gates_give_token_relative_positions(p_max):
+def test_all_ones_gates_give_token_relative_positions(p_max, tokens):
     model = cope_model(p_max=p_max)
     mask = causal_mask(N_POS, N_POS)
     seen = {}
-    model.run_with_hooks(tokens(), fwd_hooks=[
+    model.run_with_hooks(tokens(2, N_POS), fwd_hooks=[
         ("blocks.0.attn.hook_gates", lambda g, hook: mask.float().expand_as(g)),
         ("blocks.0.attn.hook_positions", lambda p, hook: seen.setdefault("P", p))])
     i, j = torch.meshgrid(torch.arange(N_POS), torch.arange(N_POS), indexing="ij")
@@ -56,14 +54,14 @@ def test_interpolation_by_hand():
     p = torch.tensor([0.0, 1.0, 3.0, 0.5, 2.25, 2.75]).expand(1, 2, 1, 6)
     # integers read the table; 0.5 -> (0.5 + -1) / 2; 2.25 -> 0.75 * 3 + 0.25 * 2; 2.75 -> 0.25 * 3 + 0.75 * 2
     expected = torch.tensor([0.5, -1.0, 2.0, -0.25, 2.75, 2.25])
-    torch.testing.assert_close(attn.interpolate(q, p)[0, 0, 0], expected)
-    torch.testing.assert_close(attn.interpolate(q, p)[0, 1, 0], expected)  # both heads share e
+    torch.testing.assert_close(interpolate(q, p, attn.pos_emb)[0, 0, 0], expected)
+    torch.testing.assert_close(interpolate(q, p, attn.pos_emb)[0, 1, 0], expected)  # both heads share e
 
 
 @pytest.mark.parametrize("sep_keys", [False, True])
-def test_hooks_agree_with_equations(sep_keys):
+def test_hooks_agree_with_equations(sep_keys, tokens):
     model = cope_model(sep_keys=sep_keys)
-    _, cache = model.run_with_cache(tokens())
+    _, cache = model.run_with_cache(tokens(2, N_POS))
     attn, c = model.blocks[0].attn, lambda name: cache[f"blocks.0.attn.{name}"]
     q, k, d = c("hook_q"), c("hook_k_gate") if sep_keys else c("hook_k"), attn.d_head
     mask = causal_mask(N_POS, N_POS)
@@ -87,9 +85,9 @@ def test_hooks_agree_with_equations(sep_keys):
     torch.testing.assert_close(c("hook_pattern"), A)
 
 
-def test_positions_clamped_beyond_p_max_and_training_length():
+def test_positions_clamped_beyond_p_max_and_training_length(tokens):
     model = cope_model(p_max=3)
-    logits, cache = model.run_with_cache(tokens(3 * N_POS))
+    logits, cache = model.run_with_cache(tokens(2, 3 * N_POS))
     P = cache["blocks.0.attn.hook_positions"]
     assert P.max() <= 2 and P.max() > 1.5  # long rows saturate at p_max - 1
     assert torch.isfinite(logits).all()

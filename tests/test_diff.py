@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
+from kernels.common import causal_mask
 from models import ModelConfig
-from models.attention.base import causal_mask
 from models.attention.rope import apply_rope
 from models.backbone import GlitchLensTransformer
 
@@ -19,9 +19,6 @@ def diff_model(n_layers=1, n_heads=2, d_model=16, **options) -> GlitchLensTransf
                       attention_options=options)
     return GlitchLensTransformer(cfg)
 
-
-def tokens():
-    return torch.randint(0, 5, (2, N_POS), generator=torch.Generator().manual_seed(1))
 
 
 def test_lambda_init_schedule():
@@ -37,9 +34,9 @@ def test_rope_on_by_default_and_d_head_must_split_in_two_rope_views():
 
 
 @pytest.mark.parametrize("n_heads, rope", [(1, True), (2, True), (2, False)])
-def test_hooks_agree_with_equations(n_heads, rope):
+def test_hooks_agree_with_equations(n_heads, rope, tokens):
     model = diff_model(n_layers=2, n_heads=n_heads, rope=rope)
-    _, cache = model.run_with_cache(tokens())
+    _, cache = model.run_with_cache(tokens(2, N_POS))
     attn, c = model.blocks[1].attn, lambda name: cache[f"blocks.1.attn.{name}"]
     mask = causal_mask(N_POS, N_POS)
     d_view = attn.d_head // 2
@@ -65,38 +62,38 @@ def test_hooks_agree_with_equations(n_heads, rope):
     assert c("hook_z").shape == (2, N_POS, n_heads, attn.d_head)
 
 
-def test_pattern_is_signed_and_rows_sum_to_one_minus_lambda():
-    _, cache = diff_model().run_with_cache(tokens())
+def test_pattern_is_signed_and_rows_sum_to_one_minus_lambda(tokens):
+    _, cache = diff_model().run_with_cache(tokens(2, N_POS))
     A, lam = cache["blocks.0.attn.hook_pattern"], cache["blocks.0.attn.hook_lambda"]
     torch.testing.assert_close(A.sum(-1), (1 - lam)[..., None].expand(A.shape[:-1]))
     assert (A < 0).any() and (A[..., ~causal_mask(N_POS, N_POS)] == 0).all()
 
 
-def test_lambda_zero_reduces_to_view_one():
+def test_lambda_zero_reduces_to_view_one(tokens):
     model = diff_model()
     seen = {}
-    model.run_with_hooks(tokens(), fwd_hooks=[
+    model.run_with_hooks(tokens(2, N_POS), fwd_hooks=[
         ("blocks.0.attn.hook_lambda", lambda lam, hook: torch.zeros_like(lam)),
         ("blocks.0.attn.hook_view_1", lambda a, hook: seen.setdefault("A1", a)),
         ("blocks.0.attn.hook_pattern", lambda a, hook: seen.setdefault("A", a))])
     torch.testing.assert_close(seen["A"], seen["A1"])
 
 
-def test_lambda_gets_gradient():
+def test_lambda_gets_gradient(tokens):
     model = diff_model()
-    model(tokens()).square().sum().backward()
+    model(tokens(2, N_POS)).square().sum().backward()
     attn = model.blocks[0].attn
     for w in (attn.lambda_q1, attn.lambda_k1, attn.lambda_q2, attn.lambda_k2):
         assert w.grad is not None and w.grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize("rope", [True, False])
-def test_inference_through_sdpa_equals_the_maps(rope, monkeypatch):
+def test_inference_through_sdpa_equals_the_maps(rope, monkeypatch, tokens):
     """Without gradients the two views run through SDPA (``A1 V - lambda A2 V``), and give the
     model the explicit maps give; with gradients, a hook inside the core, or
     ``attention_impl="reference"``, the maps are computed."""
     model = diff_model(n_layers=2, rope=rope).eval()
-    x = tokens()
+    x = tokens(2, N_POS)
     with torch.no_grad():
         explicit = model.run_with_hooks(x, fwd_hooks=[("blocks.0.attn.hook_pattern", lambda t, hook: t),
                                                       ("blocks.1.attn.hook_pattern", lambda t, hook: t)])

@@ -5,26 +5,10 @@ import math
 import pytest
 import torch
 
-from models.attention.base import MASK_FILL, causal_mask
-from models.attention.fot import FoTAttention
+from kernels.common import MASK_FILL, causal_mask
 from models.attention.rope import apply_rope
-from models.backbone import GlitchLensTransformer
-from models.config import ModelConfig
 
 A = "blocks.{}.attn.{}"
-
-
-def make_model(seed=0, **options):
-    torch.manual_seed(seed)
-    return GlitchLensTransformer(ModelConfig.from_preset("fot", "tiny", n_heads=2, attention_options=options)).eval()
-
-
-def tokens(n_pos=24, batch=3, seed=1):
-    return torch.randint(0, 5, (batch, n_pos), generator=torch.Generator().manual_seed(seed))
-
-
-def single_head(d_head=4):
-    return FoTAttention(ModelConfig(model="fot", n_layers=1, n_heads=1, d_model=d_head), layer=0)
 
 
 def capture(attn, name):
@@ -33,9 +17,9 @@ def capture(attn, name):
     return cache
 
 
-def test_decay_bias_by_hand():
+def test_decay_bias_by_hand(single_head):
     f = torch.tensor([0.9, 0.5, 0.8, 0.7])
-    attn = single_head()
+    attn = single_head("fot")
     cache = capture(attn, "hook_decay_bias")
     q = k = v = torch.zeros(1, 4, 1, 4)
     attn.reference(q, k, v, f.log()[None, None])
@@ -52,10 +36,10 @@ def test_decay_bias_by_hand():
     assert torch.equal(D.diagonal(), torch.zeros(4))
 
 
-def test_pattern_by_hand_with_zero_scores():
+def test_pattern_by_hand_with_zero_scores(single_head):
     """With S = 0 the weights are the normalised products of the gates after each key."""
     f = torch.tensor([0.9, 0.5, 0.8, 0.7])
-    attn = single_head()
+    attn = single_head("fot")
     q = k = torch.zeros(1, 4, 1, 4)
     v = torch.eye(4)[None, :, None, :]
     z = attn.reference(q, k, v, f.log()[None, None])
@@ -63,9 +47,9 @@ def test_pattern_by_hand_with_zero_scores():
     assert torch.allclose(z[0, 3, 0], w / w.sum(), atol=1e-6)
 
 
-def test_hooks_follow_the_equations():
-    model = make_model()
-    _, cache = model.run_with_cache(tokens(n_pos=24))
+def test_hooks_follow_the_equations(tokens, tiny_model):
+    model = tiny_model("fot", n_heads=2)
+    _, cache = model.run_with_cache(tokens(3, 24))
     n_pos, causal = 24, causal_mask(24, 24)
     for layer, block in enumerate(model.blocks):
         c = lambda name: cache[A.format(layer, name)]  # noqa: E731
@@ -85,9 +69,9 @@ def test_hooks_follow_the_equations():
         assert torch.allclose(c("hook_z"), z, atol=1e-5)
 
 
-def test_forget_gate_of_one_is_plain_causal_softmax():
-    model = make_model()
-    x = tokens()
+def test_forget_gate_of_one_is_plain_causal_softmax(tokens, tiny_model):
+    model = tiny_model("fot", n_heads=2)
+    x = tokens(3, 24)
     remember_all = lambda f, hook: torch.ones_like(f)  # noqa: E731
     with model.hooks(fwd_hooks=[(A.format(1, "hook_forget"), remember_all)]):
         edited, cache = model.run_with_cache(x)
@@ -98,25 +82,26 @@ def test_forget_gate_of_one_is_plain_causal_softmax():
     assert torch.allclose(cache[A.format(1, "hook_pattern")], torch.softmax(S, -1), atol=1e-6)
 
 
-def test_forget_bias_option():
-    assert torch.equal(make_model().blocks[0].attn.b_f.detach(), torch.zeros(2))
-    model = make_model(forget_bias=3.0)
+def test_forget_bias_option(tiny_model):
+    assert torch.equal(tiny_model("fot", n_heads=2).blocks[0].attn.b_f.detach(), torch.zeros(2))
+    model = tiny_model("fot", n_heads=2, attention_options={"forget_bias": 3.0})
     assert torch.equal(model.blocks[1].attn.b_f.detach(), torch.full((2,), 3.0))
 
 
-def test_rope_option_rotates_q_and_k():
-    model = make_model(rope=True)
-    _, cache = model.run_with_cache(tokens())
+def test_rope_option_rotates_q_and_k(tokens, tiny_model):
+    model = tiny_model("fot", n_heads=2, attention_options={"rope": True})
+    _, cache = model.run_with_cache(tokens(3, 24))
     q, k = apply_rope(cache[A.format(0, "hook_q")]), apply_rope(cache[A.format(0, "hook_k")])
     S = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(model.cfg.d_head)
     assert torch.allclose(cache[A.format(0, "hook_attn_scores")], S, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_precision_autocast_and_strong_forgetting_are_finite(dtype):
-    model = make_model(forget_bias=-30.0)              # log f ~ -30 per token: D reaches -1e4
+def test_half_precision_autocast_and_strong_forgetting_are_finite(dtype, tokens, tiny_model):
+    # log f ~ -30 per token: D reaches -1e4
+    model = tiny_model("fot", n_heads=2, attention_options={"forget_bias": -30.0})
     with torch.autocast("cpu", dtype=dtype):
-        logits, cache = model.run_with_cache(tokens(n_pos=400))
+        logits, cache = model.run_with_cache(tokens(3, 400))
     assert torch.isfinite(logits).all()
     pattern = cache[A.format(1, "hook_pattern")]
     assert torch.isfinite(pattern).all()
@@ -124,8 +109,8 @@ def test_half_precision_autocast_and_strong_forgetting_are_finite(dtype):
     assert torch.allclose(pattern.diagonal(dim1=-2, dim2=-1), torch.ones(()), atol=1e-3)  # all weight on self
 
 
-def test_gradcheck_reference_float64():
-    attn = single_head(d_head=3).double()
+def test_gradcheck_reference_float64(single_head):
+    attn = single_head("fot", d_head=3).double()
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 5, 1, 3, generator=gen, dtype=torch.float64) for _ in range(3))
     log_f = -torch.rand(1, 1, 5, generator=gen, dtype=torch.float64) - 0.1

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kernels.common import causal_mask, threshold
 from models import ModelConfig
-from models.attention.base import causal_mask
 from models.attention.rope import apply_rope
 from models.backbone import GlitchLensTransformer
 
@@ -21,18 +21,15 @@ def threshold_model(model="tda", n_heads=2, d_model=16, **options) -> GlitchLens
     return GlitchLensTransformer(cfg)
 
 
-def tokens(n_pos=N_POS):
-    return torch.randint(0, 5, (2, n_pos), generator=torch.Generator().manual_seed(1))
-
 
 def set_beta(model, beta):
     with torch.no_grad():
         model.blocks[0].attn.beta.fill_(beta)
 
 
-def test_threshold_zero_at_first_position_and_growing():
-    attn = threshold_model().blocks[0].attn  # d_head 8, beta 1, kappa 1
-    tau = attn.threshold(2, 6, "cpu").detach()
+def test_threshold_zero_at_first_position_and_growing(tokens):
+    _, cache = threshold_model().run_with_cache(tokens(2, 6))  # d_head 8, beta 1, kappa 1
+    tau = cache["blocks.0.attn.hook_threshold"]
     assert tau.shape == (2, 2, 6) and (tau == tau[0, 0]).all()  # beta is one scalar per layer
     tau = tau[0, 0]
     assert tau[0] == 0
@@ -42,17 +39,17 @@ def test_threshold_zero_at_first_position_and_growing():
 
 def test_threshold_log_clamped_for_kappa_above_one():
     attn = threshold_model(kappa=2.5).blocks[0].attn
-    tau = attn.threshold(1, 5, "cpu").detach()[0, 0]
+    tau = threshold(5, attn.d_head, attn.beta, attn.options.kappa).detach()[0]
     assert torch.isfinite(tau).all()
     assert (tau[:2] == 0).all() and tau[2] > 0  # log((i+1)/2.5) < 0 for i = 0, 1
 
 
 @pytest.mark.parametrize("model_name", ["tda", "trela"])
 @pytest.mark.parametrize("beta", [1.0, -1.0])
-def test_causal_and_future_keys_exactly_zero(model_name, beta):
+def test_causal_and_future_keys_exactly_zero(model_name, beta, tokens):
     model = threshold_model(model_name)
     set_beta(model, beta)
-    x = tokens()
+    x = tokens(2, N_POS)
     y = x.clone()
     y[:, 5:] = (y[:, 5:] + 1) % 5
     logits_x, cache = model.run_with_cache(x)
@@ -67,10 +64,10 @@ def test_causal_and_future_keys_exactly_zero(model_name, beta):
 
 
 @pytest.mark.parametrize("rope", [True, False])
-def test_tda_hooks_agree_with_equations(rope):
+def test_tda_hooks_agree_with_equations(rope, tokens):
     model = threshold_model(rope=rope, p=3.0)
     set_beta(model, 0.7)
-    _, cache = model.run_with_cache(tokens())
+    _, cache = model.run_with_cache(tokens(2, N_POS))
     attn, c = model.blocks[0].attn, lambda name: cache[f"blocks.0.attn.{name}"]
     mask = causal_mask(N_POS, N_POS)
     unit = lambda t: F.normalize(apply_rope(t) if rope else t, dim=-1)  # noqa: E731
@@ -96,20 +93,20 @@ def test_tda_hooks_agree_with_equations(rope):
     torch.testing.assert_close(c("hook_z"), O / O.pow(2).mean(-1, keepdim=True).add(1e-5).sqrt())
 
 
-def test_trela_hooks_are_one_view_without_lambda():
-    _, cache = threshold_model("trela").run_with_cache(tokens())
+def test_trela_hooks_are_one_view_without_lambda(tokens):
+    _, cache = threshold_model("trela").run_with_cache(tokens(2, N_POS))
     names = {n.split("attn.")[1] for n in cache.keys() if ".attn." in n}
     assert {"hook_scores_1", "hook_threshold", "hook_view_1", "hook_pattern"} <= names
     assert not names & {"hook_scores_2", "hook_view_2", "hook_lambda", "hook_q2", "hook_k2"}
     torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"], cache["blocks.0.attn.hook_view_1"])
 
 
-def test_lambda_is_a_sigmoid_not_a_clamp():
+def test_lambda_is_a_sigmoid_not_a_clamp(tokens):
     model = threshold_model(lambda_init=0.9)
     attn = model.blocks[0].attn
     with torch.no_grad():
         attn.lambda_logit.fill_(8.0)  # lambda = 0.99966: a clamp at 1 - eps would pass no gradient
-    model(tokens()).square().sum().backward()
+    model(tokens(2, N_POS)).square().sum().backward()
     assert attn.lambda_logit.grad is not None and attn.lambda_logit.grad != 0
     with pytest.raises(ValueError, match="lambda_init"):
         threshold_model(lambda_init=1.0)
@@ -127,7 +124,7 @@ def test_reference_gradcheck_float64(model_name):
     n_views, shape = (2 if model_name == "tda" else 1), (1, 4, 1, 4)
     generator = torch.Generator().manual_seed(2)
     qk = [random_unit(shape, generator) for _ in range(2 * n_views)]
-    tau = attn.threshold(1, 4, "cpu").detach()[0, 0]
+    tau = threshold(4, attn.d_head, attn.beta, attn.options.kappa).detach()[0]
     for q, k in zip(qk[::2], qk[1::2]):  # keep every score away from the ReLU kink
         margin = (torch.einsum("bqhd,bkhd->bhqk", q, k) - tau[:, None])[..., causal_mask(4, 4)]
         assert margin.abs().min() > 1e-2 and (margin > 0).sum() >= 3  # and some keys survive
@@ -155,11 +152,11 @@ class Reference(torch.nn.Module):
         return self.attn.reference(*args)
 
 
-def test_row_with_no_survivor_gives_zero_output_and_finite_grads():
+def test_row_with_no_survivor_gives_zero_output_and_finite_grads(tokens):
     model = threshold_model()
     with model.hooks(fwd_hooks=[("blocks.0.attn.hook_scores_1", lambda s, hook: torch.full_like(s, -1.0)),
                                 ("blocks.0.attn.hook_scores_2", lambda s, hook: torch.full_like(s, -1.0))]):
-        logits, cache = model.run_with_cache(tokens())
+        logits, cache = model.run_with_cache(tokens(2, N_POS))
         logits.square().sum().backward()
     assert (cache["blocks.0.attn.hook_pattern"] == 0).all()
     assert (cache["blocks.0.attn.hook_z"] == 0).all()
@@ -168,10 +165,10 @@ def test_row_with_no_survivor_gives_zero_output_and_finite_grads():
 
 
 @pytest.mark.parametrize("model_name", ["tda", "trela"])
-def test_bf16_autocast_finite(model_name):
+def test_bf16_autocast_finite(model_name, tokens):
     model = threshold_model(model_name)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        logits = model(tokens(3 * N_POS))  # also longer than n_ctx
+        logits = model(tokens(2, 3 * N_POS))  # also longer than n_ctx
     logits.float().square().sum().backward()
     assert torch.isfinite(logits).all()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

@@ -6,31 +6,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models.attention.base import MASK_FILL, causal_mask
+from kernels.common import MASK_FILL, causal_mask
+from kernels.tra.reference import contextual_distance
 from models.attention.base import rms_normalise
-from models.attention.tra import TRAAttention, contextual_distance
-from models.backbone import GlitchLensTransformer
-from models.config import ModelConfig
 
 A = "blocks.{}.attn.{}"
-
-
-def make_model(seed=0, **options):
-    torch.manual_seed(seed)
-    return GlitchLensTransformer(ModelConfig.from_preset("tra", "tiny", n_heads=2, attention_options=options)).eval()
 
 
 def run_with_cache_and_hooks(model, x, fwd_hooks):
     with model.hooks(fwd_hooks=fwd_hooks):
         return model.run_with_cache(x)
-
-
-def tokens(n_pos=24, batch=3, seed=1):
-    return torch.randint(0, 5, (batch, n_pos), generator=torch.Generator().manual_seed(seed))
-
-
-def single_head(d_head=4):
-    return TRAAttention(ModelConfig(model="tra", n_layers=1, n_heads=1, d_model=d_head), layer=0)
 
 
 def test_contextual_distance_paper_example():
@@ -39,9 +24,9 @@ def test_contextual_distance_paper_example():
     assert torch.equal(contextual_distance(M), D_bar)
 
 
-def test_hand_checked_example():
+def test_hand_checked_example(single_head):
     """One query (position 3) with four visible keys: S = [0.5, -0.2, 1.0, 0.3], delta = 0.5."""
-    attn = single_head(d_head=4)
+    attn = single_head("tra")
     S_row = torch.tensor([0.5, -0.2, 1.0, 0.3])
     q = torch.zeros(1, 4, 1, 4)
     q[0, 3, 0, 0] = 2.0                                 # S = q.k / sqrt(4) = k[..., 0]
@@ -58,9 +43,9 @@ def test_hand_checked_example():
     assert torch.allclose(z[0, 3, 0], torch.tensor([0.1321, 0.0, 0.4355, 0.4325]), atol=5e-5)
 
 
-def test_hooks_follow_the_equations():
-    model = make_model()
-    x = tokens()
+def test_hooks_follow_the_equations(tokens, tiny_model):
+    model = tiny_model("tra", n_heads=2)
+    x = tokens(3, 24)
     _, cache = model.run_with_cache(x)
     n_pos = x.shape[1]
     causal = causal_mask(n_pos, n_pos)
@@ -90,19 +75,19 @@ def test_hooks_follow_the_equations():
         assert (c("hook_mask").sum(-1) < torch.arange(1, n_pos + 1)).any(), "no key was thresholded away"
 
 
-def test_recomputing_dbar_from_an_edited_mask():
+def test_recomputing_dbar_from_an_edited_mask(tokens, tiny_model):
     """D-bar is computed from the hooked M, so an edit to M moves the distances."""
-    model = make_model()
+    model = tiny_model("tra", n_heads=2)
     keep_all = lambda M, hook: causal_mask(M.shape[-2], M.shape[-1]).float().expand_as(M)  # noqa: E731
-    _, cache = run_with_cache_and_hooks(model, tokens(), [(A.format(1, "hook_mask"), keep_all)])
-    n_pos = tokens().shape[1]
+    _, cache = run_with_cache_and_hooks(model, tokens(3, 24), [(A.format(1, "hook_mask"), keep_all)])
+    n_pos = tokens(3, 24).shape[1]
     expected = (torch.arange(n_pos)[:, None] - torch.arange(n_pos)[None, :] + 1).clamp(min=0).tril().float()
     assert torch.equal(cache[A.format(1, "hook_dbar")][0, 0], expected)
 
 
-def test_qk_norm_false_is_plain_eq1():
-    model = make_model(qk_norm=False)
-    _, cache = model.run_with_cache(tokens())
+def test_qk_norm_false_is_plain_eq1(tokens, tiny_model):
+    model = tiny_model("tra", n_heads=2, attention_options={"qk_norm": False})
+    _, cache = model.run_with_cache(tokens(3, 24))
     q, k = cache[A.format(0, "hook_q")], cache[A.format(0, "hook_k")]
     S = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(model.cfg.d_head)
     assert torch.allclose(cache[A.format(0, "hook_attn_scores")], S, atol=1e-6)
@@ -110,8 +95,8 @@ def test_qk_norm_false_is_plain_eq1():
                               / math.sqrt(model.cfg.d_head), atol=1e-3)
 
 
-def test_empty_rows_attend_to_nothing():
-    attn = single_head(d_head=4)
+def test_empty_rows_attend_to_nothing(single_head):
+    attn = single_head("tra")
     u = torch.randn(2, 1, 1, 4)
     q, k = u.expand(-1, 6, -1, -1), -u.expand(-1, 6, -1, -1)   # every score is -|u|^2 / 2 < 0
     v = torch.randn(2, 6, 1, 4)
@@ -119,9 +104,9 @@ def test_empty_rows_attend_to_nothing():
     assert torch.equal(z, torch.zeros_like(z))
 
 
-def test_an_empty_row_in_the_model_is_zero_and_finite():
-    model = make_model()
-    x = tokens()
+def test_an_empty_row_in_the_model_is_zero_and_finite(tokens, tiny_model):
+    model = tiny_model("tra", n_heads=2)
+    x = tokens(3, 24)
 
     def drown_query_5(S, hook):
         S[:, :, 5] = -1.0
@@ -134,9 +119,9 @@ def test_an_empty_row_in_the_model_is_zero_and_finite():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_precision_autocast_is_finite(dtype):
-    model = make_model()
-    x = tokens(n_pos=200)
+def test_half_precision_autocast_is_finite(dtype, tokens, tiny_model):
+    model = tiny_model("tra", n_heads=2)
+    x = tokens(3, 200)
 
     def drown_query_5(S, hook):
         S[:, :, 5] = -1.0
@@ -151,17 +136,17 @@ def test_half_precision_autocast_is_finite(dtype):
     assert cache[A.format(0, "hook_pattern")][:, :, 5].abs().sum() == 0
 
 
-def test_half_precision_inputs_to_reference_are_finite():
-    attn = single_head(d_head=8)
+def test_half_precision_inputs_to_reference_are_finite(single_head):
+    attn = single_head("tra", d_head=8)
     q, k, v = (rms_normalise(torch.randn(2, 300, 1, 8)).half() for _ in range(3))
     z = attn.reference(q, k, v, torch.full((2, 1, 300), -80.0))  # a near-zero gate over long distances
     assert z.dtype == torch.float16
     assert torch.isfinite(z).all()
 
 
-def test_editing_the_forget_gate_takes_effect():
-    model = make_model()
-    x = tokens()
+def test_editing_the_forget_gate_takes_effect(tokens, tiny_model):
+    model = tiny_model("tra", n_heads=2)
+    x = tokens(3, 24)
     clean = model(x)
     half = lambda delta, hook: torch.full_like(delta, 0.5)  # noqa: E731
     edited, cache = run_with_cache_and_hooks(model, x, [(A.format(1, "hook_forget"), half)])
@@ -170,16 +155,16 @@ def test_editing_the_forget_gate_takes_effect():
     assert torch.allclose(cache[A.format(1, "hook_log_decay")], expected)
 
 
-def test_editing_the_dbar_changes_the_output():
-    model = make_model()
-    x = tokens()
+def test_editing_the_dbar_changes_the_output(tokens, tiny_model):
+    model = tiny_model("tra", n_heads=2)
+    x = tokens(3, 24)
     no_distance = lambda D_bar, hook: torch.zeros_like(D_bar)  # noqa: E731
     edited = model.run_with_hooks(x, fwd_hooks=[(A.format(1, "hook_dbar"), no_distance)])
     assert not torch.allclose(model(x), edited, atol=1e-4)
 
 
-def test_gradcheck_reference_float64():
-    attn = single_head(d_head=3).double()
+def test_gradcheck_reference_float64(single_head):
+    attn = single_head("tra", d_head=3).double()
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 5, 1, 3, generator=gen, dtype=torch.float64) for _ in range(3))
     S = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(3)
@@ -189,6 +174,6 @@ def test_gradcheck_reference_float64():
     assert torch.autograd.gradcheck(attn.reference, inputs)
 
 
-def test_forget_bias_option_sets_the_initial_bias():
-    model = make_model(forget_bias=2.5)
+def test_forget_bias_option_sets_the_initial_bias(tiny_model):
+    model = tiny_model("tra", n_heads=2, attention_options={"forget_bias": 2.5})
     assert torch.equal(model.blocks[0].attn.b_f.detach(), torch.full((2,), 2.5))

@@ -3,4 +3,4 @@
 from models.attention import softmax  # noqa: F401  (each import registers its mechanisms)
 from models.attention import fot, tra  # noqa: F401
 from models.attention import cope, diff, tda  # noqa: F401
-from models.attention.base import MASK_FILL, REGISTRY, Attention, causal_mask, get_attention_class, register
+from models.attention.base import REGISTRY, Attention, get_attention_class, register

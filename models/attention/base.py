@@ -24,31 +24,30 @@ A dropped logit becomes 0 (for a softmax, the key stays in the normalisation wit
 for the rectifier of trela and TDA, the key gets weight 0) and the kept ones are scaled by
 ``1 / (1 - p)``; masked keys stay masked. Two-view mechanisms drop each view's logits
 independently. The fast paths do not implement it: while it is active every mechanism
-runs its reference (:meth:`Attention.fast_path`).
+runs its reference (:meth:`Attention.implementation`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 import math
-import os
 import warnings
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
+from kernels.common import interpreting, upcast
+
 REGISTRY: dict[str, type["Attention"]] = {}
 
 # The hooks of the module docstring, which every mechanism has; any other hook of a mechanism
 # is its own (TRA's D-bar, FoT's forget gate, the views of Diff and TDA, CoPE's gates).
 COMMON_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_attn_logits", "hook_pattern", "hook_z")
-
-# Fill for masked logits: finite (so that 0 * fill is never NaN) and far below any real
-# logit. Logits are always kept in float32, where -1e11 is representable; in fp16 it
-# would overflow to -inf.
-MASK_FILL = -1e11
 
 
 def register(name: str):
@@ -75,19 +74,16 @@ class NoOptions:
     pass
 
 
-def causal_mask(n_query: int, n_key: int, device=None) -> torch.Tensor:
-    """``[query_pos, key_pos]`` bool, True where key j <= query i (queries are the last
-    ``n_query`` positions of the key sequence)."""
-    offset = n_key - n_query
-    q = torch.arange(n_query, device=device)[:, None] + offset
-    k = torch.arange(n_key, device=device)[None, :]
-    return k <= q
+def imported_on_call(path: str) -> Callable:
+    """The function at the dotted ``path``, imported when it is first called: a Triton kernel's
+    module imports triton, which a model needs only when it runs a kernel (and which must come
+    after ``TRITON_INTERPRET`` is set)."""
+    module, name = path.rsplit(".", 1)
 
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
-def upcast(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in float32, or float64 if it already is: logits and softmax never run in half
-    precision, and float64 gradchecks keep their precision."""
-    return t.to(torch.promote_types(t.dtype, torch.float32))
+    return call
 
 
 def rms_normalise(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -105,7 +101,9 @@ class Attention(nn.Module):
 
     Subclasses implement :meth:`attend`, which maps ``q, k, v`` (``[batch, pos, head,
     d_head]``, already through their hooks) and the block input ``x`` to ``z``
-    ``[batch, pos, head, d_head]``. Mechanisms with more projections (two views, gates)
+    ``[batch, pos, head, d_head]``: it prepares the core's inputs (normalisation, rotation,
+    gates) and hands them to the implementation :meth:`implementation` picks among the
+    mechanism's :attr:`IMPLEMENTATIONS`. Mechanisms with more projections (two views, gates)
     add their own parameters and hooks.
     """
 
@@ -170,56 +168,84 @@ class Attention(nn.Module):
         (the model's ``QK``)."""
         return self.W_Q, self.W_K
 
-    # Hooks computed outside the attention core: a fused kernel still passes through them.
-    OUTER_HOOKS = frozenset({"hook_q", "hook_k", "hook_v", "hook_z", "hook_q2", "hook_k2", "hook_forget"})
+    # Hooks computed outside the attention core: a fused kernel still passes through them
+    # (softmax's position bias goes into SDPA as its mask; CoPE's gate keys into the reference).
+    OUTER_HOOKS = frozenset({"hook_q", "hook_k", "hook_v", "hook_z", "hook_q2", "hook_k2", "hook_forget",
+                             "hook_pos_bias", "hook_k_gate"})
 
     def active_inner_hooks(self) -> list[str]:
         """Names of the hooks inside the attention core that currently have hooks attached."""
-        return [name for name, h in self.named_children()
-                if isinstance(h, HookPoint) and name not in self.OUTER_HOOKS and h.has_hooks()]
+        return [name for name, h in self.hook_points().items() if name not in self.OUTER_HOOKS and h.has_hooks()]
 
-    # The implementations a mechanism has besides its reference (see fast_path).
-    FAST_PATHS: tuple[str, ...] = ()
+    def hook_points(self) -> dict[str, HookPoint]:
+        return {name: h for name, h in self.named_children() if isinstance(h, HookPoint)}
 
-    def fast_path(self, device: torch.device) -> str | None:
-        """Which implementation :meth:`attend` runs: ``"triton"`` (the fused kernel in
-        ``kernels``), ``"rows"`` (``kernels.rows``, blocks of query rows, the CPU path) or
-        None (the PyTorch reference).
+    # The attention core's implementations, all with the same arguments: "reference" (the
+    # spec, ``kernels.<op>.reference``, which also takes the layer's hooks and attention
+    # dropout) and the fast ones the mechanism has: "rows" (``kernels.<op>.rows``, the CPU
+    # path), "triton" (``kernels.<op>.triton``) or "sdpa" (PyTorch's fused softmax attention).
+    IMPLEMENTATIONS: dict[str, Callable] = {}
+    # Whether a forward that wants gradients keeps the reference whatever the other rules say.
+    TRAINS_ON_REFERENCE = False
 
-        ``cfg.attention_impl``: ``"reference"`` always None; ``"auto"`` ``"triton"`` on CUDA
-        and ``"rows"`` elsewhere; ``"rows"`` or ``"triton"`` that one (``"triton"`` on the
-        CPU needs ``TRITON_INTERPRET=1``). A mechanism without the chosen path runs its
-        reference. Neither path keeps the ``[query, key]`` matrices a hook inside the
-        attention core must see, so while any such hook (pattern, scores, M, D-bar, views,
-        ...) is active the reference runs instead; when the path was named explicitly a
-        warning says so, rather than a hook seeing something else under its name. Neither
-        path applies attention dropout either: while it acts (:meth:`drops_logits`) the
-        reference runs too, with the same warning when the path was named.
+    def implementation(self, device: torch.device, *inputs: torch.Tensor) -> str:
+        """Which of :attr:`IMPLEMENTATIONS` the attention core runs on ``inputs`` (on ``device``).
+
+        ``cfg.attention_impl``: ``"reference"`` always the reference; ``"auto"`` ``"triton"`` on
+        CUDA and ``"rows"`` elsewhere; ``"rows"`` or ``"triton"`` that one (``"triton"`` on the
+        CPU needs ``TRITON_INTERPRET=1``). A mechanism without the chosen path runs ``"sdpa"``
+        if it has it (softmax and Diff: PyTorch's fused attention, on every device, under every
+        setting but ``"reference"``), else its reference. No fast path keeps the ``[query,
+        key]`` matrices a hook inside the attention core must see, so while any such hook
+        (pattern, scores, M, D-bar, views, ...) is active the reference runs instead; when the
+        path was named explicitly a warning says so, rather than a hook seeing something else
+        under its name. No fast path applies attention dropout either: while it acts
+        (:meth:`drops_logits`) the reference runs too, with the same warning when the path was
+        named. A mechanism that ``TRAINS_ON_REFERENCE`` runs its reference whenever a gradient
+        is wanted for ``inputs``.
         """
         impl = self.cfg.attention_impl
         if impl == "auto":
             impl = "triton" if device.type == "cuda" else "rows"
-        if impl not in self.FAST_PATHS:
-            return None
-        if impl == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        if impl not in self.IMPLEMENTATIONS:
+            impl = "sdpa" if "sdpa" in self.IMPLEMENTATIONS else "reference"
+        if impl == "reference":
+            return impl
+        if impl == "triton" and device.type != "cuda" and not interpreting():
             raise RuntimeError("attention_impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run "
                                "the kernels on the CPU through Triton's interpreter")
+        named = impl == self.cfg.attention_impl
         inner = self.active_inner_hooks()
         if inner:
-            if self.cfg.attention_impl != "auto":
+            if named:
                 warnings.warn(f"hooks on {self.registry_name} internals ({', '.join(inner)}) need the full "
                               f"[query, key] matrices: those layers run the PyTorch reference, not {impl!r}",
                               stacklevel=2)
-            return None
+            return "reference"
         if self.drops_logits():
-            if self.cfg.attention_impl != "auto":
+            if named:
                 warnings.warn(f"attention dropout on the {self.registry_name} logits needs the full [query, key] "
                               f"matrices: in training those layers run the PyTorch reference, not {impl!r}",
                               stacklevel=2)
-            return None
+            return "reference"
+        if self.TRAINS_ON_REFERENCE and torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+            return "reference"
         return impl
 
-    @staticmethod
-    def apply_pattern(pattern: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """``pattern [batch, head, q, k]`` applied to ``v [batch, pos, head, d]`` -> ``z``."""
-        return torch.einsum("bhqk,bkhd->bqhd", pattern.to(v.dtype), v)
+    def core_options(self) -> dict:
+        """What the core's implementations take by keyword after its tensors, from this layer's
+        parameters and options (TDA's beta and lambda, CoPE's position table)."""
+        return {}
+
+    def core(self, impl: str) -> Callable:
+        """Implementation ``impl`` of the attention core, with the layer's :meth:`core_options`
+        and, for the reference, its hooks and attention dropout."""
+        options = self.core_options()
+        if impl == "reference":
+            options.update(hooks=self.hook_points(), drop_logits=self.drop_logits)
+        return functools.partial(self.IMPLEMENTATIONS[impl], **options)
+
+    def reference(self, *inputs) -> torch.Tensor:
+        """The attention core's reference on ``inputs`` (as :meth:`attend` passes them), with
+        this layer's hooks and dropout: what the fast paths are tested and timed against."""
+        return self.core("reference")(*inputs)

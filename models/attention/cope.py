@@ -4,6 +4,8 @@ Positions are counted by gates the model chooses: ``p_ij`` is the sum of the gat
 ``g_it`` over ``t = j .. i``, so a query can count only the tokens that matter to it.
 Fractional positions index integer position embeddings ``e[p]`` by linear interpolation,
 done on the logits ``z_i[p] = q_i . e[p]`` (eq. 7-8) so no ``[query, key, d]`` tensor is built.
+The equations are ``kernels.cope.reference`` (with this layer's hooks passed in) and its CPU
+path ``kernels.cope.rows``; there is no Triton kernel.
 
 Choices, following App. B's reference code where the text is loose:
 
@@ -44,7 +46,9 @@ import torch
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from models.attention.base import MASK_FILL, Attention, causal_mask, register, upcast
+from kernels.cope.reference import cope_reference
+from kernels.cope.rows import cope_rows
+from models.attention.base import Attention, register
 
 
 @dataclass
@@ -64,7 +68,7 @@ class CoPEAttention(Attention):
     """
 
     Options = CoPEOptions
-    FAST_PATHS = ("rows",)
+    IMPLEMENTATIONS = {"reference": cope_reference, "rows": cope_rows}
 
     def __init__(self, cfg, layer: int):
         super().__init__(cfg, layer)
@@ -75,34 +79,15 @@ class CoPEAttention(Attention):
         if self.options.sep_keys:
             self.W_G = nn.Parameter(torch.randn_like(self.W_K) / math.sqrt(cfg.d_model))
             self.hook_k_gate = HookPoint()
+            # the CPU path reads the gates off S: with keys of their own, only the reference runs
+            self.IMPLEMENTATIONS = {"reference": cope_reference}
         self.hook_gates = HookPoint()
         self.hook_positions = HookPoint()
         self.hook_pos_logits = HookPoint()
 
-    def qk_logits(self, q, k) -> torch.Tensor:
-        return upcast(torch.einsum("bqhd,bkhd->bhqk", q, k)) / math.sqrt(self.d_head)
-
-    def interpolate(self, q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-        """z_i[p_ij] ``[batch, head, query_pos, key_pos]`` from q and positions p (eq. 7-8)."""
-        z_int = torch.einsum("bqhd,pd->bhqp", upcast(q), upcast(self.pos_emb))  # eq. 7
-        p_floor, p_ceil = p.floor(), p.ceil()
-        w = p - p_floor
-        return z_int.gather(-1, p_ceil.long()) * w + z_int.gather(-1, p_floor.long()) * (1 - w)  # eq. 8
+    def core_options(self) -> dict:
+        return {"pos_emb": self.pos_emb}
 
     def attend(self, q, k, v, x):
-        if not self.options.sep_keys and self.fast_path(q.device) == "rows":
-            from kernels.rows import cope_rows
-
-            return cope_rows(q, k, v, self.pos_emb)
-        mask = causal_mask(q.shape[1], k.shape[1], q.device)
-        S = self.hook_attn_scores(self.qk_logits(q, k))
-        if self.options.sep_keys:
-            gate_logits = self.qk_logits(q, self.hook_k_gate(self.project(x, self.W_G)))
-        else:  # App. B reuses S, so an edit of hook_attn_scores also moves the gates
-            gate_logits = S
-        g = self.hook_gates(torch.where(mask, torch.sigmoid(gate_logits), 0.0))  # eq. 3
-        p = self.hook_positions(g.flip(-1).cumsum(-1).flip(-1).clamp(max=self.p_max - 1))  # eq. 4
-        z = self.hook_pos_logits(self.interpolate(q, p))  # eq. 7-8
-        logits = self.hook_attn_logits(self.drop_logits(S + z).masked_fill(~mask, MASK_FILL))
-        A = self.hook_pattern(torch.softmax(logits, dim=-1))  # eq. 9
-        return self.apply_pattern(A, v)
+        gate_keys = {"k_gate": self.hook_k_gate(self.project(x, self.W_G))} if self.options.sep_keys else {}
+        return self.core(self.implementation(q.device))(q, k, v, **gate_keys)

@@ -18,7 +18,9 @@ rotates each view's ``d_head / 2`` dimensions in pairs).
 
 In evaluation (no gradient wanted, no hook inside the attention core) each view runs through
 ``scaled_dot_product_attention`` and the two outputs are subtracted, ``A^(1) V - lambda A^(2) V``
-(:meth:`DiffAttention.runs_sdpa`); training and every hooked run compute the maps explicitly.
+(:func:`sdpa_attention`); training and every hooked run compute the maps explicitly
+(:func:`diff_reference`). Training keeps the reference, on which the Table 1 runs were trained:
+another path's backward changes the float rounding, and whether a small model learns can hang on it.
 
 Compared with the official ``MultiheadDiffAttn`` (``Diff-Transformer/multihead_diffattn.py`` of
 github.com/microsoft/unilm), which we follow in: the head split above, the view scale
@@ -56,7 +58,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from models.attention.base import Attention, MASK_FILL, causal_mask, register, rms_normalise, upcast
+from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products,
+                            through, upcast)
+from models.attention.base import Attention, register, rms_normalise
 from models.attention.rope import apply_rope
 
 OUTPUT_NORM_EPS = 1e-5  # the official subln's eps
@@ -65,6 +69,39 @@ OUTPUT_NORM_EPS = 1e-5  # the official subln's eps
 def lambda_init_fn(layer: int) -> float:
     """lambda_init = 0.8 - 0.6 exp(-0.3 l) for the 0-based layer index l (Ye et al.; official code)."""
     return 0.8 - 0.6 * math.exp(-0.3 * layer)
+
+
+def diff_reference(q1, k1, q2, k2, v, lam, hooks: Hooks = NO_HOOKS, drop_logits=no_dropout) -> torch.Tensor:
+    """``(A^(1) - lambda A^(2)) V`` (eq. 1) from each view's (rotated) q and k ``[batch, pos,
+    head, d_head / 2]``, ``v [batch, pos, head, d_head]`` and ``lam`` (one per layer), every map
+    through the hook of its name."""
+    mask = causal_mask(q1.shape[1], k1.shape[1], q1.device)
+    S1 = through(hooks, "hook_attn_scores", through(hooks, "hook_scores_1", scaled_products(q1, k1)))
+    S2 = through(hooks, "hook_scores_2", scaled_products(q2, k2))
+    logits_1 = through(hooks, "hook_attn_logits", drop_logits(S1).masked_fill(~mask, MASK_FILL))
+    A1 = through(hooks, "hook_view_1", torch.softmax(logits_1, dim=-1))  # Ye et al. eq. 1
+    A2 = through(hooks, "hook_view_2", torch.softmax(drop_logits(S2).masked_fill(~mask, MASK_FILL), dim=-1))
+    lam = through(hooks, "hook_lambda", lam.expand(q1.shape[0], q1.shape[2]))  # eq. 2
+    A = through(hooks, "hook_pattern", A1 - lam[..., None, None] * A2)  # eq. 1
+    return apply_pattern(A, v)
+
+
+def view_output(q, k, v) -> torch.Tensor:
+    """One view's ``softmax(S) V`` ``[batch, pos, head, d_head]`` in float32, through
+    ``scaled_dot_product_attention`` (causal, scale 1/sqrt(d_view)): no ``[query, key]``
+    tensor is kept. q and k are zero-padded to v's width, which leaves S unchanged: PyTorch's
+    fused CPU kernel needs one head size for all three (otherwise it falls back to the explicit maps)."""
+    d_view, width = q.shape[-1], v.shape[-1] - q.shape[-1]
+    q, k = (F.pad(t, (0, width)) for t in (q, k))
+    q, k, v = (upcast(t).transpose(1, 2) for t in (q, k, v))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=d_view ** -0.5).transpose(1, 2)
+
+
+def sdpa_attention(q1, k1, q2, k2, v, lam) -> torch.Tensor:
+    """:func:`diff_reference`'s ``z`` as ``A^(1) V - lambda A^(2) V`` (by linearity), each view
+    through :func:`view_output`."""
+    lam = lam.expand(v.shape[0], v.shape[2])[:, None, :, None]  # [batch, 1, head, 1] to scale z
+    return (view_output(q1, k1, v) - lam * view_output(q2, k2, v)).to(v.dtype)  # eq. 1
 
 
 @dataclass
@@ -88,6 +125,8 @@ class DiffAttention(Attention):
     """
 
     Options = DiffOptions
+    IMPLEMENTATIONS = {"reference": diff_reference, "sdpa": sdpa_attention}
+    TRAINS_ON_REFERENCE = True  # see the module docstring
 
     def __init__(self, cfg, layer: int):
         super().__init__(cfg, layer)
@@ -112,51 +151,14 @@ class DiffAttention(Attention):
         """One view's q or k ``[batch, pos, head, d_view]``, RoPE'd when the option is on."""
         return apply_rope(t) if self.options.rope else t
 
-    def view_scores(self, q, k) -> torch.Tensor:
-        """One view's S = q k^T / sqrt(d_view), ``[batch, head, query_pos, key_pos]``, float32."""
-        return upcast(torch.einsum("bqhd,bkhd->bhqk", self.rotate(q), self.rotate(k))) / math.sqrt(self.d_view)
-
-    def lam(self, batch: int) -> torch.Tensor:
-        """lambda ``[batch, head]`` (eq. 2), one value per layer."""
-        lam = (torch.exp(self.lambda_q1 @ self.lambda_k1) - torch.exp(self.lambda_q2 @ self.lambda_k2)
-               + self.lambda_init)
-        return self.hook_lambda(lam.expand(batch, self.n_heads))
-
-    def runs_sdpa(self, q, k, v) -> bool:
-        """Whether :meth:`attend` takes its fast path: inference (no gradient wanted), no hook
-        inside the attention core, no attention dropout, ``attention_impl`` not ``"reference"``.
-        Training keeps the reference, on which the Table 1 runs were trained: another path's
-        backward changes the float rounding, and whether a small model learns can hang on it."""
-        wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-        return (self.cfg.attention_impl != "reference" and not self.active_inner_hooks()
-                and not self.drops_logits() and not wants_grad)
-
-    def view_output(self, q, k, v) -> torch.Tensor:
-        """One view's ``softmax(S) V`` ``[batch, pos, head, d_head]`` in float32, through
-        ``scaled_dot_product_attention`` (causal, scale 1/sqrt(d_view)): no ``[query, key]``
-        tensor is kept. By linearity, ``(A^(1) - lambda A^(2)) V = A^(1) V - lambda A^(2) V``.
-        q and k are zero-padded to v's width, which leaves S unchanged: PyTorch's fused CPU
-        kernel needs one head size for all three (otherwise it falls back to the explicit maps)."""
-        width = v.shape[-1] - q.shape[-1]
-        q, k = (F.pad(self.rotate(t), (0, width)) for t in (q, k))
-        q, k, v = (upcast(t).transpose(1, 2) for t in (q, k, v))
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.d_view ** -0.5).transpose(1, 2)
+    def lam(self) -> torch.Tensor:
+        """lambda (eq. 2), one value per layer."""
+        return (torch.exp(self.lambda_q1 @ self.lambda_k1) - torch.exp(self.lambda_q2 @ self.lambda_k2)
+                + self.lambda_init)
 
     def attend(self, q, k, v, x):
-        q1, q2 = q.chunk(2, dim=-1)
-        k1, k2 = k.chunk(2, dim=-1)
-        if self.runs_sdpa(q, k, v):
-            lam = self.lam(q.shape[0])[:, None, :, None]  # eq. 2, [batch, 1, head, 1] to scale z
-            z = (self.view_output(q1, k1, v) - lam * self.view_output(q2, k2, v)).to(v.dtype)  # eq. 1
-        else:
-            mask = causal_mask(q.shape[1], k.shape[1], q.device)
-            S1 = self.hook_attn_scores(self.hook_scores_1(self.view_scores(q1, k1)))
-            S2 = self.hook_scores_2(self.view_scores(q2, k2))
-            logits_1 = self.hook_attn_logits(self.drop_logits(S1).masked_fill(~mask, MASK_FILL))
-            A1 = self.hook_view_1(torch.softmax(logits_1, dim=-1))  # Ye et al. eq. 1
-            A2 = self.hook_view_2(torch.softmax(self.drop_logits(S2).masked_fill(~mask, MASK_FILL), dim=-1))
-            lam = self.lam(q.shape[0])  # eq. 2
-            A = self.hook_pattern(A1 - lam[..., None, None] * A2)  # eq. 1
-            z = self.apply_pattern(A, v)
+        q1, q2 = (self.rotate(t) for t in q.chunk(2, dim=-1))
+        k1, k2 = (self.rotate(t) for t in k.chunk(2, dim=-1))
+        z = self.core(self.implementation(v.device, q, k, v))(q1, k1, q2, k2, v, self.lam())
         # eq. 3: the fixed (1 - lambda_init) factor aligns gradient scale with a softmax Transformer
         return rms_normalise(z, OUTPUT_NORM_EPS) * (1 - self.lambda_init)

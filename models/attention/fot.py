@@ -6,6 +6,8 @@ each token t emits a forget gate ``f_t = sigmoid(w^T x_t + b)`` per head, and ke
 down-weighted for query i by the product of the gates of the tokens after it,
 ``D_ij = sum_{l=j+1..i} log f_l``; ``A = softmax(S + D)`` (TRA paper, Sec. 3.2, with its
 eq. 1-2).
+The equations are ``kernels.forgetting.reference`` (with this layer's hooks passed in), its
+CPU path ``kernels.forgetting.rows`` and its kernel ``kernels.forgetting.triton``.
 
 Compared with the authors' code (``ForgettingAttentionLayer`` in
 ``src/forgetting_transformer/model/forgetting_transformer/modeling_forgetting_transformer.py``
@@ -41,7 +43,10 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from models.attention.base import MASK_FILL, Attention, causal_mask, has_hooks, register, upcast
+from kernels.common import upcast
+from kernels.forgetting.reference import forgetting_reference
+from kernels.forgetting.rows import forgetting_rows
+from models.attention.base import Attention, has_hooks, imported_on_call, register
 from models.attention.rope import apply_rope
 
 
@@ -74,11 +79,6 @@ class ForgetGated(Attention):
             return gate.clamp_min(torch.finfo(torch.float32).tiny).log()
         return F.logsigmoid(logit)
 
-    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        """``S = q k^T / sqrt(d_head)`` ``[batch, head, query_pos, key_pos]`` in float32 (the
-        scale is applied to q, the smaller tensor)."""
-        return torch.einsum("bqhd,bkhd->bhqk", upcast(q) / math.sqrt(self.d_head), upcast(k))
-
 
 @dataclass
 class FoTOptions:
@@ -100,7 +100,8 @@ class FoTAttention(ForgetGated):
     """
 
     Options = FoTOptions
-    FAST_PATHS = ("rows", "triton")
+    IMPLEMENTATIONS = {"reference": forgetting_reference, "rows": forgetting_rows,
+                       "triton": imported_on_call("kernels.forgetting.triton.forgetting_attention")}
 
     def __init__(self, cfg, layer: int):
         super().__init__(cfg, layer)
@@ -110,26 +111,4 @@ class FoTAttention(ForgetGated):
         if self.options.rope:
             q, k = apply_rope(q), apply_rope(k)
         log_f = self.log_forget(x)
-        path = self.fast_path(v.device)
-        if path == "triton":
-            from kernels import forgetting_attention
-
-            return forgetting_attention(q, k, v, log_f)
-        if path == "rows":
-            from kernels.rows import forgetting_rows
-
-            return forgetting_rows(q, k, v, log_f)
-        return self.reference(q, k, v, log_f)
-
-    def reference(self, q, k, v, log_f):
-        """``q, k, v [batch, pos, head, d_head]`` and ``log_f [batch, head, pos]`` (float32)
-        -> ``z [batch, pos, head, d_head]``; scores, bias and softmax in float32."""
-        n_pos = q.shape[1]
-        S = self.hook_attn_scores(self.scores(q, k))  # eq. 1
-        # One cumulative sum c_i = sum_{l<=i} log f_l turns every D_ij into c_i - c_j.
-        c = upcast(log_f).cumsum(-1)
-        D = self.hook_decay_bias(c[..., :, None] - c[..., None, :])
-        logits = self.hook_attn_logits(self.drop_logits(S + D).masked_fill(~causal_mask(n_pos, n_pos, q.device),
-                                                                          MASK_FILL))
-        A = self.hook_pattern(torch.softmax(logits, dim=-1))  # eq. 2, with the decay as D
-        return self.apply_pattern(A, v)
+        return self.core(self.implementation(v.device))(q, k, v, log_f)

@@ -7,7 +7,6 @@ positional bias of the variant (zero for NoPE, APE, Label and RoPE).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -15,7 +14,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from models.attention.base import MASK_FILL, Attention, causal_mask, has_hooks, register, upcast
+from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products,
+                            through, upcast)
+from models.attention.base import Attention, register
 from models.attention.rope import apply_rope
 
 
@@ -28,6 +29,28 @@ class SoftmaxOptions:
 def alibi_slopes(n_heads: int) -> torch.Tensor:
     """The geometric head slopes of Press et al. (2021): 2^(-8 h / n_heads), h = 1..n_heads."""
     return torch.tensor([2.0 ** (-8.0 * h / n_heads) for h in range(1, n_heads + 1)])
+
+
+def softmax_reference(q, k, v, D=None, hooks: Hooks = NO_HOOKS, drop_logits=no_dropout) -> torch.Tensor:
+    """``A = softmax(S + D)`` (eq. 1-2) applied to v, from ``q, k, v [batch, pos, head, d_head]``
+    and the positional bias ``D [batch, head, query_pos, key_pos]`` (None: no bias); S, the
+    logits and A through the hooks of their names."""
+    n_pos = q.shape[1]
+    mask = causal_mask(n_pos, n_pos, q.device)
+    S = through(hooks, "hook_attn_scores", scaled_products(q, k))  # eq. 1
+    logits = through(hooks, "hook_attn_logits", drop_logits(S if D is None else S + D).masked_fill(~mask, MASK_FILL))
+    A = through(hooks, "hook_pattern", torch.softmax(logits, dim=-1))  # eq. 2
+    return apply_pattern(A, v)
+
+
+def sdpa_attention(q, k, v, D=None) -> torch.Tensor:
+    """:func:`softmax_reference`'s ``z`` through PyTorch's ``scaled_dot_product_attention``."""
+    n_pos = q.shape[1]
+    mask = causal_mask(n_pos, n_pos, q.device)
+    bias = torch.zeros(n_pos, n_pos, device=q.device) if D is None else D
+    bias = bias.masked_fill(~mask, float("-inf")).to(q.dtype)
+    z = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=bias)
+    return z.transpose(1, 2)
 
 
 @register("softmax")
@@ -47,6 +70,7 @@ class SoftmaxAttention(Attention):
     """
 
     Options = SoftmaxOptions
+    IMPLEMENTATIONS = {"reference": softmax_reference, "sdpa": sdpa_attention}
 
     def __init__(self, cfg, layer: int):
         super().__init__(cfg, layer)
@@ -73,17 +97,5 @@ class SoftmaxAttention(Attention):
     def attend(self, q, k, v, x):
         if self.options.rope:
             q, k = apply_rope(q), apply_rope(k)
-        n_pos = q.shape[1]
-        D = self.position_bias(q.shape[0], n_pos, q.device)
-        mask = causal_mask(n_pos, n_pos, q.device)
-        if self.cfg.attention_impl != "reference" and not self.drops_logits() and not has_hooks(
-                self.hook_attn_scores, self.hook_attn_logits, self.hook_pattern):
-            bias = torch.zeros(n_pos, n_pos, device=q.device) if D is None else D
-            bias = bias.masked_fill(~mask, float("-inf")).to(q.dtype)
-            z = F.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=bias)
-            return z.transpose(1, 2)
-        S = self.hook_attn_scores(upcast(torch.einsum("bqhd,bkhd->bhqk", q, k)) / math.sqrt(self.d_head))  # eq. 1
-        logits = self.hook_attn_logits(self.drop_logits(S if D is None else S + D).masked_fill(~mask, MASK_FILL))
-        A = self.hook_pattern(torch.softmax(logits, dim=-1))  # eq. 2
-        return self.apply_pattern(A, v)
+        D = self.position_bias(q.shape[0], q.shape[1], q.device)
+        return self.core(self.implementation(v.device))(q, k, v, D)

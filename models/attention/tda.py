@@ -28,8 +28,10 @@ Choices where the paper is silent or loose:
 - RMSNorm without affine weight (absorbed by ``W_O``), as for ``diff``.
 - RoPE (the paper's backbone) rotates q and k before the normalisation (``rope=False`` turns it off).
 
-``reference(...)`` returns ``sum_j pattern_ij v_j`` BEFORE the output RMSNorm (the part a
-fused kernel computes); ``attend`` applies the norm.
+The equations are ``kernels.threshold.reference`` (with this layer's hooks passed in), its CPU
+path ``kernels.threshold.rows`` and its kernels ``kernels.threshold.triton``; each returns
+``sum_j pattern_ij v_j`` BEFORE the output RMSNorm (the part a fused kernel computes), and
+``attend`` applies the norm.
 
 The authors released only kernels (``triton_threshold_attention.py`` of
 github.com/snap-research/TDA: ``threshold_rela_triton`` and the two-view wrapper
@@ -65,7 +67,10 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from models.attention.base import MASK_FILL, Attention, causal_mask, register, rms_normalise, upcast
+from kernels.common import upcast
+from kernels.threshold.reference import differential_threshold_reference, threshold_reference
+from kernels.threshold.rows import differential_threshold_rows, threshold_rows
+from models.attention.base import Attention, imported_on_call, register, rms_normalise
 from models.attention.diff import OUTPUT_NORM_EPS
 from models.attention.rope import apply_rope
 
@@ -92,7 +97,6 @@ class ThresholdAttention(Attention):
     rectifier reads), ``hook_view_1`` (the rectified view ``[batch, head, query_pos, key_pos]``)."""
 
     Options = ThresholdOptions
-    FAST_PATHS = ("rows", "triton")
 
     def __init__(self, cfg, layer: int):
         super().__init__(cfg, layer)
@@ -110,45 +114,16 @@ class ThresholdAttention(Attention):
             x = apply_rope(x)
         return F.normalize(x, dim=-1)
 
-    @staticmethod
-    def scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        """s_ij = <q~_i, k~_j> ``[batch, head, query_pos, key_pos]``."""
-        return upcast(torch.einsum("bqhd,bkhd->bhqk", q, k))
-
-    def threshold(self, batch: int, n_pos: int, device) -> torch.Tensor:
-        """tau ``[batch, head, query_pos]`` (eq. 1)."""
-        i = torch.arange(n_pos, device=device, dtype=self.beta.dtype)
-        log_term = torch.log((i + 1) / self.options.kappa).clamp(min=0)
-        tau = self.beta * torch.sqrt(2 * log_term / self.d_head)
-        return self.hook_threshold(tau.expand(batch, self.n_heads, n_pos))
-
-    def thresholded(self, S: torch.Tensor, tau: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """s_ij - tau_i for j <= i, future keys at ``MASK_FILL``: what :meth:`rectify` reads
-        (through the attention dropout, in training: a dropped key gets weight 0)."""
-        return self.drop_logits(S - tau[..., None]).masked_fill(~mask, MASK_FILL)
-
-    def rectify(self, thresholded: torch.Tensor) -> torch.Tensor:
-        """a_ij = (s_ij - tau_i)_+^p, exactly 0 for future keys (at the fill)."""
-        return F.relu(thresholded) ** self.options.p
-
-    @staticmethod
-    def aggregate(pattern: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """sum_j pattern_ij v_j in float32, returned in v's dtype."""
-        return torch.einsum("bhqk,bkhd->bqhd", pattern, upcast(v)).to(v.dtype)
+    def core_options(self) -> dict:
+        return {"beta": self.beta, "kappa": self.options.kappa, "p": self.options.p}
 
     def view_inputs(self, q, k, x) -> list[torch.Tensor]:
-        """The raw per-view queries and keys, in ``reference``'s argument order."""
+        """The raw per-view queries and keys, in the core's argument order."""
         return [q, k]
 
     def attend(self, q, k, v, x):
         views = [self.unit(t) for t in self.view_inputs(q, k, x)]
-        path = self.fast_path(v.device)
-        if path == "triton":
-            z = self.kernel(*views, v)
-        elif path == "rows":
-            z = self.rows(*views, v)
-        else:
-            z = self.reference(*views, v)
+        z = self.core(self.implementation(v.device))(*views, v)
         return rms_normalise(z, OUTPUT_NORM_EPS)
 
 
@@ -156,25 +131,8 @@ class ThresholdAttention(Attention):
 class TRelAAttention(ThresholdAttention):
     """Threshold Rectified Attention (TDA paper Sec. 4.1; the TDA paper calls it "TRA")."""
 
-    def reference(self, q, k, v) -> torch.Tensor:
-        """q, k ``[batch, pos, head, d_head]`` already RoPE'd and L2-normalised -> z before the norm."""
-        mask = causal_mask(q.shape[1], k.shape[1], q.device)
-        tau = self.threshold(q.shape[0], q.shape[1], q.device)  # eq. 1
-        S = self.hook_attn_scores(self.hook_scores_1(self.scores(q, k)))
-        A = self.hook_pattern(self.hook_view_1(self.rectify(self.hook_attn_logits(self.thresholded(S, tau, mask)))))
-        return self.aggregate(A, v)
-
-    def kernel(self, q, k, v) -> torch.Tensor:
-        """:meth:`reference`'s ``z`` from the fused Triton kernel (no ``[query, key]`` tensor)."""
-        from kernels import threshold_attention
-
-        return threshold_attention(q, k, v, self.beta, self.options.kappa, self.options.p)
-
-    def rows(self, q, k, v) -> torch.Tensor:
-        """:meth:`reference`'s ``z`` from ``kernels.rows`` (the CPU path)."""
-        from kernels.rows import threshold_rows
-
-        return threshold_rows(self.threshold(q.shape[0], q.shape[1], q.device), v, q, k, p=self.options.p)
+    IMPLEMENTATIONS = {"reference": threshold_reference, "rows": threshold_rows,
+                       "triton": imported_on_call("kernels.threshold.triton.threshold_attention")}
 
 
 @register("tda")
@@ -186,6 +144,8 @@ class TDAAttention(ThresholdAttention):
     signed ``Delta a = a^(1) - lambda a^(2)``."""
 
     Options = TDAOptions
+    IMPLEMENTATIONS = {"reference": differential_threshold_reference, "rows": differential_threshold_rows,
+                       "triton": imported_on_call("kernels.threshold.triton.differential_threshold_attention")}
 
     def __init__(self, cfg, layer: int):
         super().__init__(cfg, layer)
@@ -200,31 +160,8 @@ class TDAAttention(ThresholdAttention):
         self.hook_view_2 = HookPoint()
         self.hook_lambda = HookPoint()
 
+    def core_options(self) -> dict:
+        return {**super().core_options(), "lam": torch.sigmoid(self.lambda_logit)}
+
     def view_inputs(self, q, k, x):
         return [q, k, self.hook_q2(self.project(x, self.W_Q2)), self.hook_k2(self.project(x, self.W_K2))]
-
-    def reference(self, q1, k1, q2, k2, v) -> torch.Tensor:
-        """All q, k ``[batch, pos, head, d_head]`` already RoPE'd and L2-normalised -> z before the norm."""
-        mask = causal_mask(q1.shape[1], k1.shape[1], q1.device)
-        tau = self.threshold(q1.shape[0], q1.shape[1], q1.device)  # eq. 1
-        S1 = self.hook_attn_scores(self.hook_scores_1(self.scores(q1, k1)))
-        S2 = self.hook_scores_2(self.scores(q2, k2))
-        A1 = self.hook_view_1(self.rectify(self.hook_attn_logits(self.thresholded(S1, tau, mask))))
-        A2 = self.hook_view_2(self.rectify(self.thresholded(S2, tau, mask)))
-        lam = self.hook_lambda(torch.sigmoid(self.lambda_logit).expand(q1.shape[0], self.n_heads))
-        A = self.hook_pattern(A1 - lam[..., None, None] * A2)  # Delta a, Sec. 4.2
-        return self.aggregate(A, v)
-
-    def kernel(self, q1, k1, q2, k2, v) -> torch.Tensor:
-        """:meth:`reference`'s ``z`` from the fused two-view Triton kernel (V loaded once)."""
-        from kernels import differential_threshold_attention
-
-        return differential_threshold_attention(q1, k1, q2, k2, v, self.beta, torch.sigmoid(self.lambda_logit),
-                                                self.options.kappa, self.options.p)
-
-    def rows(self, q1, k1, q2, k2, v) -> torch.Tensor:
-        """:meth:`reference`'s ``z`` from ``kernels.rows`` (the CPU path)."""
-        from kernels.rows import threshold_rows
-
-        tau = self.threshold(q1.shape[0], q1.shape[1], q1.device)
-        return threshold_rows(tau, v, q1, k1, q2, k2, lam=torch.sigmoid(self.lambda_logit), p=self.options.p)

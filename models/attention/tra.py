@@ -4,17 +4,21 @@ A ReLU threshold removes the keys whose score is not positive (eq. 3-4); positio
 counted only among the keys that survive (the contextual distance D-bar, eq. 5-7), and a
 per-query forget gate turns that count into a recency bias (eq. 8-10). Keys that do not
 survive are removed from the softmax altogether (eq. 11-12).
+
+The equations are ``kernels.tra.reference`` (with this layer's hooks passed in), its CPU path
+``kernels.tra.rows`` and its kernel ``kernels.tra.triton``; here are the parameters, the hooks
+and the choices where the paper is silent.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-import torch.nn.functional as F
 from transformer_lens.hook_points import HookPoint
 
-from models.attention.base import MASK_FILL, causal_mask, register, rms_normalise, upcast
+from kernels.tra.reference import tra_reference
+from kernels.tra.rows import tra_rows
+from models.attention.base import imported_on_call, register, rms_normalise
 from models.attention.fot import ForgetGated
 from models.attention.rope import apply_rope
 
@@ -24,16 +28,6 @@ class TRAOptions:
     qk_norm: bool = True       # RMS-normalise q and k per head (no affine weight), as the authors' code
     forget_bias: float = 0.0   # b of eq. 8 at init: delta starts near 1/2
     rope: bool = False
-
-
-def contextual_distance(M: torch.Tensor) -> torch.Tensor:
-    """D-bar (eq. 6-7): ``D_bar_ij = sum_{k >= j} M_ik``, shown as 0 where ``M_ij = 0``.
-
-    ``M [..., query_pos, key_pos]`` (0/1 floats, future keys already 0) -> same shape. The
-    count includes key j itself, so the nearest surviving key is at distance 1 (eq. 7).
-    D-bar is piecewise constant in the scores: no gradient flows through it.
-    """
-    return M.flip(-1).cumsum(-1).flip(-1) * M
 
 
 @register("tra")
@@ -70,7 +64,8 @@ class TRAAttention(ForgetGated):
     """
 
     Options = TRAOptions
-    FAST_PATHS = ("rows", "triton")
+    IMPLEMENTATIONS = {"reference": tra_reference, "rows": tra_rows,
+                       "triton": imported_on_call("kernels.tra.triton.tra_attention")}
 
     def __init__(self, cfg, layer: int):
         super().__init__(cfg, layer)
@@ -85,28 +80,4 @@ class TRAAttention(ForgetGated):
         if self.options.rope:
             q, k = apply_rope(q), apply_rope(k)
         log_delta = self.log_forget(x)  # eq. 8, as log delta
-        path = self.fast_path(v.device)
-        if path == "triton":
-            from kernels import tra_attention
-
-            return tra_attention(q, k, v, log_delta)
-        if path == "rows":
-            from kernels.rows import tra_rows
-
-            return tra_rows(q, k, v, log_delta)
-        return self.reference(q, k, v, log_delta)
-
-    def reference(self, q, k, v, log_delta):
-        """``q, k, v [batch, pos, head, d_head]`` (q, k already normalised when ``qk_norm``)
-        and ``log_delta [batch, head, pos]`` (float32) -> ``z [batch, pos, head, d_head]``."""
-        n_pos = q.shape[1]
-        S = self.hook_attn_scores(self.scores(q, k))  # eq. 1
-        S_thr = self.hook_thresholded(F.relu(S))  # eq. 3
-        M = self.hook_mask(((S_thr > 0) & causal_mask(n_pos, n_pos, q.device)).to(S.dtype))  # eq. 4
-        D_bar = self.hook_dbar(contextual_distance(M))  # eq. 6-7
-        log_decay = self.hook_log_decay(D_bar * upcast(log_delta)[..., None])  # eq. 9, in log space
-        removed = M == 0
-        A_bar = self.hook_attn_logits(self.drop_logits(S_thr + log_decay).masked_fill(removed, MASK_FILL))  # eq. 10-11
-        # eq. 12; zeroing the removed keys also empties the rows with no surviving key
-        A = self.hook_pattern(torch.softmax(A_bar, dim=-1).masked_fill(removed, 0.0))
-        return self.apply_pattern(A, v)
+        return self.core(self.implementation(v.device))(q, k, v, log_delta)

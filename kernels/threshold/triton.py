@@ -1,5 +1,5 @@
 """Threshold rectified attention (``trela``) and threshold differential attention (``tda``),
-TDA paper Sec. 4 and App. C, as streaming kernels.
+TDA paper Sec. 4 and App. C, as streaming kernels, exact against ``kernels.threshold.reference``.
 
 ``threshold_attention(q, k, v, beta, kappa=1.0, p=2.0) -> z``
 ``differential_threshold_attention(q1, k1, q2, k2, v, beta, lam, kappa=1.0, p=2.0) -> z``
@@ -21,8 +21,8 @@ p) in a single P V product, loading V once.
 
 Gradients for every q, k, v, for lam (``-sum_ij dA_ij a2_ij``) and, through tau, for beta
 (the kernel returns ``dtau_i = -sum_j ds_ij`` summed over the views; tau itself is computed
-by PyTorch, so a kappa tensor that requires grad gets one too, with the reference's caveat
-that sqrt's derivative is infinite where the clamped log is 0). At s_ij = tau_i exactly the
+by PyTorch, :func:`kernels.common.threshold`, so a kappa tensor that requires grad gets one
+too, with its caveat that sqrt's derivative is infinite where the clamped log is 0). At s_ij = tau_i exactly the
 rectifier's gradient is taken as 0, as in PyTorch's ReLU.
 Backward is FlashAttention-2's two-kernel split (one program per key tile for dK and dV,
 one per query tile for dQ, dtau and dlam), recomputing the tiles from q, k and tau; there
@@ -35,17 +35,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (causal_tile, check_heads, head_base, launch_meta, load_row, load_tile,
-                            rows_base, store_row, store_tile, tile_needed)
-
-
-def threshold(n_pos: int, d_head: int, beta, kappa, device) -> torch.Tensor:
-    """tau ``[1 or head, pos]`` float32 (eq. 1), differentiable in beta and kappa; the same
-    float32 operations in the same order as ``models.attention.tda``, so the same values."""
-    beta = torch.as_tensor(beta, dtype=torch.float32, device=device).reshape(-1, 1)
-    i = torch.arange(n_pos, device=device, dtype=torch.float32)
-    log_term = torch.log((i + 1) / kappa).clamp(min=0)
-    return beta * torch.sqrt(2 * log_term / d_head)
+from kernels.common import threshold
+from kernels.tiles import (causal_tile, check_heads, head_base, launch_meta, load_row, load_tile, program_tile,
+                           rows_base, store_row, store_tile, tile_needed)
 
 
 @triton.jit
@@ -78,11 +70,9 @@ def _view_rows(X1, X2, pos, T, s1, s2, D: tl.constexpr, TWO_VIEWS: tl.constexpr)
 def _fwd(Q1, K1, Q2, K2, V, TAU, LAM, Z, sq1, sk1, sq2, sk2, sv, sz, T, H,
          D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POWER: tl.constexpr,
          TWO_VIEWS: tl.constexpr, PREC: tl.constexpr, SKIP_ZERO_TILES: tl.constexpr):
-    bh = tl.program_id(1)
-    b, h = bh // H, bh % H
+    b, h, bh, offs_m = program_tile(H, BLOCK_M)
     K1, K2, V = head_base(K1, b, h, sk1), head_base(K2, b, h, sk2), head_base(V, b, h, sv)
     lam = tl.load(LAM + bh)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     q1, q2 = _view_rows(head_base(Q1, b, h, sq1), head_base(Q2, b, h, sq2), offs_m, T, sq1, sq2, D, TWO_VIEWS)
     tau = load_row(rows_base(TAU, bh, T), offs_m, T)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
@@ -119,11 +109,9 @@ def _bwd_dkdv(Q1, K1, Q2, K2, V, TAU, LAM, DO, DK1, DK2, DV, sq1, sk1, sq2, sk2,
               D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POWER: tl.constexpr,
               TWO_VIEWS: tl.constexpr, PREC: tl.constexpr):
     """One key tile: dK1 (dK2) and dV, all with strides ``sg``."""
-    bh = tl.program_id(1)
-    b, h = bh // H, bh % H
+    b, h, bh, offs_n = program_tile(H, BLOCK_N)
     Q1, Q2, DO, TAU = head_base(Q1, b, h, sq1), head_base(Q2, b, h, sq2), head_base(DO, b, h, so), rows_base(TAU, bh, T)
     lam = tl.load(LAM + bh)
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     k1, k2 = _view_rows(head_base(K1, b, h, sk1), head_base(K2, b, h, sk2), offs_n, T, sk1, sk2, D, TWO_VIEWS)
     v = load_tile(head_base(V, b, h, sv), offs_n, T, sv, D)
     dk1 = tl.zeros([BLOCK_N, D], tl.float32)
@@ -150,11 +138,9 @@ def _bwd_dq(Q1, K1, Q2, K2, V, TAU, LAM, DO, DQ1, DQ2, DTAU, DLAM, sq1, sk1, sq2
             D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POWER: tl.constexpr,
             TWO_VIEWS: tl.constexpr, PREC: tl.constexpr):
     """One query tile: dQ1 (dQ2) with strides ``sg``, dtau_i and the per-row part of dlam."""
-    bh = tl.program_id(1)
-    b, h = bh // H, bh % H
+    b, h, bh, offs_m = program_tile(H, BLOCK_M)
     K1, K2, V = head_base(K1, b, h, sk1), head_base(K2, b, h, sk2), head_base(V, b, h, sv)
     lam = tl.load(LAM + bh)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     q1, q2 = _view_rows(head_base(Q1, b, h, sq1), head_base(Q2, b, h, sq2), offs_m, T, sq1, sq2, D, TWO_VIEWS)
     do = load_tile(head_base(DO, b, h, so), offs_m, T, so, D)
     tau = load_row(rows_base(TAU, bh, T), offs_m, T)
@@ -219,6 +205,12 @@ class ThresholdAttentionFunction(torch.autograd.Function):
         return dq1, dk1, dq2, dk2, dv, dtau, dlam.sum(-1), None, None, None, None
 
 
+def _tau(B: int, T: int, H: int, D: int, beta, kappa, device) -> torch.Tensor:
+    """tau (eq. 1) as the contiguous float32 ``[batch, head, pos]`` the kernels read."""
+    beta = torch.as_tensor(beta, dtype=torch.float32, device=device)
+    return torch.broadcast_to(threshold(T, D, beta, kappa), (B, H, T)).contiguous()
+
+
 def _check_power(p: float) -> float:
     if not p >= 1:
         raise ValueError(f"the power p must be >= 1, got {p}")
@@ -235,7 +227,7 @@ def threshold_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta,
     all-zero key tiles in the forward pass (exact; whether it pays depends on the sparsity,
     see ``kernels.bench.zero_tile_fraction``)."""
     B, T, H, D = check_heads(q, k, v)
-    tau = torch.broadcast_to(threshold(T, D, beta, kappa, v.device), (B, H, T)).contiguous()
+    tau = _tau(B, T, H, D, beta, kappa, v.device)
     return ThresholdAttentionFunction.apply(q, k, None, None, v, tau, None, _check_power(p), block_m, block_n,
                                             skip_zero_tiles)
 
@@ -249,7 +241,7 @@ def differential_threshold_attention(q1: torch.Tensor, k1: torch.Tensor, q2: tor
     tau, p and V, and the inhibition strength ``lam`` (already in (0, 1); the models pass
     ``sigmoid(lambda_logit)``)."""
     B, T, H, D = check_heads(q1, k1, q2, k2, v)
-    tau = torch.broadcast_to(threshold(T, D, beta, kappa, v.device), (B, H, T)).contiguous()
+    tau = _tau(B, T, H, D, beta, kappa, v.device)
     lam = torch.broadcast_to(torch.as_tensor(lam, dtype=torch.float32, device=v.device).reshape(1, -1), (B, H))
     return ThresholdAttentionFunction.apply(q1, k1, q2, k2, v, tau, lam.contiguous(), _check_power(p), block_m,
                                             block_n, skip_zero_tiles)

@@ -1,4 +1,5 @@
-"""Forgetting attention (FoT, Lin et al. 2025): causal softmax with a data-dependent decay.
+"""Forgetting attention (FoT, Lin et al. 2025): causal softmax with a data-dependent decay, as
+a streaming kernel exact against :func:`kernels.forgetting.reference.forgetting_reference`.
 
 ``forgetting_attention(q, k, v, log_f) -> z``
 
@@ -26,9 +27,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (causal_tile, check_heads, head_base, load_row, load_tile, online_softmax_step, per_position,
-                            rows_base, softmax_delta, softmax_finish, softmax_forward, softmax_tile_grad, store_row,
-                            store_tile)
+from kernels.tiles import (causal_tile, check_heads, head_base, load_row, load_tile, online_softmax_step, per_position,
+                           program_tile, rows_base, softmax_delta, softmax_finish, softmax_forward, softmax_tile_grad,
+                           store_row, store_tile)
 
 
 @triton.jit
@@ -41,10 +42,8 @@ def _logits(q, k, c_i, c_j, offs_m, offs_n, T, scale, PREC: tl.constexpr):
 @triton.jit
 def _fwd(Q, K, V, C, Z, LSE, sq, sk, sv, sz, T, H, scale,
          D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
-    bh = tl.program_id(1)
-    b, h = bh // H, bh % H
+    b, h, bh, offs_m = program_tile(H, BLOCK_M)
     K, V, C = head_base(K, b, h, sk), head_base(V, b, h, sv), rows_base(C, bh, T)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     q = load_tile(head_base(Q, b, h, sq), offs_m, T, sq, D)
     c_i = load_row(C, offs_m, T)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -65,11 +64,9 @@ def _fwd(Q, K, V, C, Z, LSE, sq, sk, sv, sz, T, H, scale,
 def _bwd_dkdv(Q, K, V, C, DO, LSE, DELTA, DK, DV, DC_KEY, sq, sk, sv, so, sg, T, H, scale,
               D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
     """One key tile: dK, dV (both with strides ``sg``) and sum_i dL_ij."""
-    bh = tl.program_id(1)
-    b, h = bh // H, bh % H
+    b, h, bh, offs_n = program_tile(H, BLOCK_N)
     Q, DO, C = head_base(Q, b, h, sq), head_base(DO, b, h, so), rows_base(C, bh, T)
     LSE, DELTA = rows_base(LSE, bh, T), rows_base(DELTA, bh, T)
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     k = load_tile(head_base(K, b, h, sk), offs_n, T, sk, D)
     v = load_tile(head_base(V, b, h, sv), offs_n, T, sv, D)
     c_j = load_row(C, offs_n, T)
@@ -95,10 +92,8 @@ def _bwd_dkdv(Q, K, V, C, DO, LSE, DELTA, DK, DV, DC_KEY, sq, sk, sv, so, sg, T,
 def _bwd_dq(Q, K, V, C, DO, LSE, DELTA, DQ, DC_QUERY, sq, sk, sv, so, sg, T, H, scale,
             D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
     """One query tile: dQ (strides ``sg``) and sum_j dL_ij."""
-    bh = tl.program_id(1)
-    b, h = bh // H, bh % H
+    b, h, bh, offs_m = program_tile(H, BLOCK_M)
     K, V, C = head_base(K, b, h, sk), head_base(V, b, h, sv), rows_base(C, bh, T)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     q = load_tile(head_base(Q, b, h, sq), offs_m, T, sq, D)
     do = load_tile(head_base(DO, b, h, so), offs_m, T, so, D)
     c_i = load_row(C, offs_m, T)

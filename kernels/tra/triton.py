@@ -1,4 +1,5 @@
-"""Threshold Relative Attention (TRA paper, Sec. 2, eq. 1-12) as a streaming kernel.
+"""Threshold Relative Attention (TRA paper, Sec. 2, eq. 1-12) as a streaming kernel, exact
+against :func:`kernels.tra.reference.tra_reference`.
 
 ``tra_attention(q, k, v, log_delta) -> z``
 
@@ -34,9 +35,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (causal_tile, check_heads, head_base, load_row, load_tile, online_softmax_step, per_position,
-                            rows_base, softmax_delta, softmax_finish, softmax_forward, softmax_tile_grad, store_row,
-                            store_tile, tile_needed, tile_ptrs)
+from kernels.tiles import (causal_tile, check_heads, head_base, load_row, load_tile, online_softmax_step, per_position,
+                           program_tile, rows_base, softmax_delta, softmax_finish, softmax_forward, softmax_tile_grad,
+                           store_row, store_tile, tile_needed, tile_ptrs)
 
 
 @triton.jit
@@ -60,10 +61,8 @@ def _last_key_tile(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, T):
 def _fwd(Q, K, V, LD, Z, LSE, sq, sk, sv, sz, T, H, scale,
          D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
          SKIP_ZERO_TILES: tl.constexpr):
-    bh = tl.program_id(1)
-    b, h = bh // H, bh % H
+    b, h, bh, offs_m = program_tile(H, BLOCK_M)
     K, V = head_base(K, b, h, sk), head_base(V, b, h, sv)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     q = load_tile(head_base(Q, b, h, sq), offs_m, T, sq, D)
     log_delta = load_row(rows_base(LD, bh, T), offs_m, T)
     count = tl.zeros([BLOCK_M], tl.int32)
@@ -89,10 +88,8 @@ def _bwd(Q, K, V, LD, DO, LSE, DELTA, DQ, DK, DV, DLD, sq, sk, sv, so, sg, T, H,
          D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
     """One query tile: dQ and dlog_delta stored, dK and dV (float32, all three with strides
     ``sg``) accumulated atomically."""
-    bh = tl.program_id(1)
-    b, h = bh // H, bh % H
+    b, h, bh, offs_m = program_tile(H, BLOCK_M)
     K, V, DK, DV = head_base(K, b, h, sk), head_base(V, b, h, sv), head_base(DK, b, h, sg), head_base(DV, b, h, sg)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     q = load_tile(head_base(Q, b, h, sq), offs_m, T, sq, D)
     do = load_tile(head_base(DO, b, h, so), offs_m, T, so, D)
     log_delta = load_row(rows_base(LD, bh, T), offs_m, T)

@@ -1,0 +1,66 @@
+"""CoPE on the CPU path (``kernels.rows``): the logits of eq. 3-9 from a block of scores."""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.common import MASK_FILL, suffix_sum_from_prefix
+from kernels.rows import future_keys, heads_first, softmax_rows
+
+
+class CoPERule:
+    """CoPE's logits (eq. 3-9); ``inputs = (q [bh, pos, d], pos_emb [p_max, d])``: the
+    unscaled q, for the position logits ``q . e[p]``, and the layer's position embeddings."""
+
+    BATCHED = (True, False)
+
+    @staticmethod
+    def logits(S, rows, q, pos_emb, for_backward=True):
+        g = torch.sigmoid(S)                                                   # eq. 3
+        diagonal, future = future_keys(g, rows)
+        diagonal.masked_fill_(future, 0.0)
+        p = suffix_sum_from_prefix(g)                                          # eq. 4
+        clamped = p > pos_emb.shape[0] - 1 if for_backward else None
+        p.clamp_(max=pos_emb.shape[0] - 1)
+        lo = p.floor()
+        # Only the embeddings up to the block's largest position are read: z_int[p] and the
+        # step to z_int[p + 1] (0 past the table's end, where p is clamped and w = 0).
+        n_emb = min(pos_emb.shape[0], int(lo.max()) + 2)
+        z_int = q[:, rows] @ pos_emb[:n_emb].T                                 # eq. 7
+        z_steps = torch.nn.functional.pad(z_int.diff(dim=-1), (0, 1))
+        w = p.sub_(lo)
+        lo = lo.long()
+        z_step = z_steps.gather(-1, lo)
+        logits = S.add_(z_int.gather(-1, lo)).addcmul_(w, z_step)             # eq. 8-9
+        logits[..., rows.start:].masked_fill_(future, MASK_FILL)
+        if not for_backward:
+            return logits, None, None
+        return logits, None, (g, w, lo, n_emb, z_step.masked_fill_(clamped, 0.0))
+
+    @staticmethod
+    def inference_logits(S, rows, q, pos_emb):
+        """:meth:`logits` without what only the backward reads (which keys were clamped)."""
+        logits, empty_rows, _ = CoPERule.logits(S, rows, q, pos_emb, for_backward=False)
+        return logits, empty_rows
+
+    @staticmethod
+    def backward(dL, saved, rows, inputs, grads):
+        g, w, lo, n_emb, z_step = saved
+        q, pos_emb = inputs
+        # z = z_int[lo] + w (z_int[lo + 1] - z_int[lo]): dL reaches z_int[lo] and, times w,
+        # the step, which moves it from z_int[lo] to z_int[lo + 1]
+        d_lo = torch.zeros(*dL.shape[:2], n_emb, dtype=dL.dtype, device=dL.device).scatter_add_(-1, lo, dL)
+        d_step = torch.zeros_like(d_lo).scatter_add_(-1, lo, dL * w)
+        dz_int = d_lo.sub_(d_step)
+        dz_int[..., 1:] += d_step[..., :-1]
+        grads[0][:, rows] += dz_int @ pos_emb[:n_emb]
+        grads[1][:n_emb] += torch.einsum("bmp,bmd->pd", dz_int, q[:, rows])
+        dg = (dL * z_step).cumsum_(-1)  # p_ij sums g_it over t >= j, so g_it collects dp_ij over j <= t
+        return dg.mul_(g).mul_(1 - g).add_(dL)
+
+
+def cope_rows(q, k, v, pos_emb) -> torch.Tensor:
+    """CoPE's ``z`` (gates from q . k) from q, k, v and the layer's ``pos_emb [p_max, d]``:
+    :func:`kernels.cope.reference.cope_reference`'s without separate gate keys."""
+    q_rows = heads_first(q)
+    return softmax_rows(CoPERule, q, k, v, q_rows, pos_emb.to(q_rows.dtype))

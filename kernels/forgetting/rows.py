@@ -1,0 +1,34 @@
+"""FoT on the CPU path (``kernels.rows``): the logits S + c_i - c_j from a block of scores."""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.common import MASK_FILL
+from kernels.rows import future_keys, per_row, softmax_rows
+
+
+class ForgettingRule:
+    """FoT's logits S + c_i - c_j; ``inputs = (c [bh, pos],)``, c the cumulative log forget gate."""
+
+    BATCHED = (True,)
+
+    @staticmethod
+    def logits(S, rows, c):
+        logits = S.add_(c[:, rows, None] - c[:, None, :rows.stop])
+        diagonal, future = future_keys(logits, rows)
+        diagonal.masked_fill_(future, MASK_FILL)
+        return logits, None, None
+
+    @staticmethod
+    def backward(dL, saved, rows, inputs, grads):
+        # c_i reaches every logit of row i alike, and a softmax row's logit gradients sum to 0,
+        # so only the -c_j of the keys passes a gradient
+        grads[0][:, :rows.stop] -= dL.sum(-2)
+        return dL
+
+
+def forgetting_rows(q, k, v, log_f) -> torch.Tensor:
+    """FoT's ``z`` from q, k, v and ``log_f [batch, head, pos]``:
+    :func:`kernels.forgetting.reference.forgetting_reference`'s."""
+    return softmax_rows(ForgettingRule, q, k, v, per_row(log_f).cumsum(-1))

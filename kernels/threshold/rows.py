@@ -1,0 +1,106 @@
+"""trela and TDA on the CPU path (``kernels.rows``'s blocks of query rows): no softmax, so
+their own autograd function, :class:`ThresholdRowsFunction`."""
+
+from __future__ import annotations
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from kernels.common import threshold
+from kernels.rows import future_keys, heads_first, heads_last, inference_blocks, needs_grad, per_row, row_blocks
+
+
+class ThresholdRowsFunction(torch.autograd.Function):
+    """``(lam, p, tau, v, q1, k1[, q2, k2]) -> sum_j (a1_ij - lam a2_ij) v_j`` with
+    ``a_ij = (s_ij - tau_i)_+^p`` on causal keys, ``tau [bh, pos]``; one view when only
+    q1, k1 are given (lam is then ignored)."""
+
+    @staticmethod
+    def weights(lam, p, tau, views, heads, rows):
+        """A block's weights ``a1 - lam a2`` and the rectified views ``(s - tau)_+``."""
+        R = []
+        for q, k in zip(views[0::2], views[1::2]):
+            r = torch.bmm(q[heads, rows], k[heads, :rows.stop].transpose(1, 2)).sub_(tau[heads, rows, None]).relu_()
+            diagonal, future = future_keys(r, rows)
+            diagonal.masked_fill_(future, 0.0)
+            R.append(r)
+        A = R[0].pow(p)
+        if len(R) == 2:
+            A.sub_(R[1].pow(p).mul_(lam))
+        return A, R
+
+    @staticmethod
+    def forward(ctx, lam, p, tau, v, *views):
+        z = torch.empty_like(v)
+        ctx.blocks = []
+        for rows in row_blocks(v.shape[1]):
+            A, R = ThresholdRowsFunction.weights(lam, p, tau, views, slice(None), rows)
+            z[:, rows] = torch.bmm(A, v[:, :rows.stop])
+            ctx.blocks.append((rows, A, R))
+        ctx.p = p
+        ctx.save_for_backward(lam, tau, v, *views)
+        return z
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dz):
+        lam, tau, v, *views = ctx.saved_tensors
+        p = ctx.p
+        coefs = [1.0, -lam][:len(views) // 2]
+        d_views = [torch.zeros_like(t) for t in views]
+        dv, d_tau, d_lam = torch.zeros_like(v), torch.zeros_like(tau), torch.zeros_like(lam)
+        for rows, A, R in ctx.blocks:
+            keys = slice(0, rows.stop)
+            dA = torch.bmm(dz[:, rows], v[:, keys].transpose(1, 2))
+            dv[:, keys] += torch.bmm(A.transpose(1, 2), dz[:, rows])
+            for view, (c, r) in enumerate(zip(coefs, R)):
+                # d/ds (s - tau)_+^p = p (s - tau)_+^(p-1), 0 where the key did not survive
+                dS = dA * (r if p == 2 else r.pow(p - 1).mul_(r > 0))
+                if view == 1:  # d/d lam of -lam a2: -sum dA (s - tau)_+^p
+                    d_lam -= torch.dot(dS.flatten(), r.flatten())
+                dS.mul_(c * p)
+                d_tau[:, rows] -= dS.sum(-1)
+                q, k = views[2 * view], views[2 * view + 1]
+                d_views[2 * view][:, rows] = torch.bmm(dS, k[:, keys])
+                d_views[2 * view + 1][:, keys] += torch.bmm(dS.transpose(1, 2), q[:, rows])
+        return d_lam, None, d_tau, dv, *d_views
+
+
+def rectified_rows(tau, v, *views, lam=None, p: float = 2.0) -> torch.Tensor:
+    """``sum_j (a1_ij - lam a2_ij) v_j`` (views ``q1, k1, q2, k2``) or ``sum_j a1_ij v_j``
+    (views ``q1, k1``) from unit q, k ``[batch, pos, head, d]``, any ``tau [batch, head, pos]``,
+    v and a scalar ``lam``: the output of trela or TDA before its norm."""
+    v_rows = heads_first(v)
+    lam = torch.zeros((), dtype=v_rows.dtype, device=v.device) if lam is None else lam.to(v_rows.dtype)
+    with torch.autocast(v.device.type, enabled=False):
+        args = (lam, float(p), per_row(tau), v_rows, *(heads_first(t) for t in views))
+        if needs_grad(tau, v, lam, *views):
+            z = ThresholdRowsFunction.apply(*args)
+        else:  # the forward alone, keeping nothing for a backward, in cache-sized blocks
+            z = torch.empty_like(v_rows)
+            for heads, rows in inference_blocks(*v_rows.shape[:2]):
+                A, _ = ThresholdRowsFunction.weights(lam, float(p), args[2], args[4:], heads, rows)
+                torch.bmm(A, v_rows[heads, :rows.stop], out=z[heads, rows])
+    return heads_last(z, v)
+
+
+def _tau(q: torch.Tensor, beta, kappa) -> torch.Tensor:
+    """tau ``[batch, head, pos]`` (eq. 1) for q's shape; beta a scalar or one per head."""
+    B, T, H, D = q.shape
+    return threshold(T, D, torch.as_tensor(beta, device=q.device), kappa).expand(B, H, T)
+
+
+def threshold_rows(q, k, v, beta, kappa=1.0, p: float = 2.0) -> torch.Tensor:
+    """trela's output before its norm: :func:`kernels.threshold.reference.threshold_reference`'s
+    (same arguments as :func:`kernels.threshold.triton.threshold_attention`)."""
+    return rectified_rows(_tau(q, beta, kappa), v, q, k, p=p)
+
+
+def differential_threshold_rows(q1, k1, q2, k2, v, beta, lam, kappa=1.0, p: float = 2.0) -> torch.Tensor:
+    """TDA's output before its norm: :func:`kernels.threshold.reference.differential_threshold_reference`'s
+    (the arguments of :func:`kernels.threshold.triton.differential_threshold_attention`, with one
+    ``lam`` for every head)."""
+    lam = torch.as_tensor(lam, device=v.device)
+    if lam.numel() != 1:
+        raise ValueError(f"the rows path takes one lambda for all heads, got shape {tuple(lam.shape)}")
+    return rectified_rows(_tau(q1, beta, kappa), v, q1, k1, q2, k2, lam=lam, p=p)

@@ -1,0 +1,1 @@
+"""Threshold Relative Attention (TRA paper, Sec. 2): ``reference``, ``rows``, ``triton``."""

@@ -1,0 +1,87 @@
+"""TRA's op (``kernels.tra``): every implementation the mechanism declares (``rows``, ``triton``)
+against ``kernels.tra.reference``, forward and every gradient, on the ``device`` fixture's device
+(the GPU, or CPU tensors under Triton's interpreter): sequence lengths including T = 1 and
+lengths that are not a multiple of the tile, head dims, tile shapes, memory layouts, gate
+strengths, raw (unnormalised) scores, rows with no surviving key, and half precision."""
+
+import math
+
+import pytest
+import torch
+
+from support import (NEAR, Case, check, check_future_tiles_never_read, check_threshold_flips, draw_gated,
+                     fast_implementations, half_precision, implementation, pattern_of, slow)
+
+pytestmark = pytest.mark.usefixtures("exact_bf16_dot")
+
+IMPLEMENTATIONS = fast_implementations("tra")
+reference = implementation("tra", "reference")
+
+
+def near_threshold(x: dict, case: Case) -> torch.Tensor:
+    """``[batch, head, query_pos, key_pos]`` (on the CPU) True where a visible score lies within
+    NEAR of 0, the threshold."""
+    causal = torch.ones(case.T, case.T, dtype=torch.bool).tril()
+    q, k = (x[key].detach().double().cpu() for key in ("qk0", "qk1"))
+    return (torch.einsum("bqhd,bkhd->bhqk", q, k).abs() / math.sqrt(case.D) < NEAR) & causal
+
+
+CASES = [Case(1, 16), Case(17, 32, "transposed", (16, 16), scale=3.0), Case(64, 64, "strided", gate=6.0),
+         Case(65, 16, blocks=(32, 16), scale=3.0, gate=-4.0), Case(130, 32, "transposed", (16, 32)),
+         Case(65, 32, empty=True), *half_precision(Case(65, 32, "transposed")),
+         *slow([Case(T, D, "transposed", gate=-4.0 if T % 2 else 4.0) for T in (17, 64, 65, 130)
+                for D in (16, 32, 64, 128)])]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_matches_reference(impl, case, device):
+    check(implementation("tra", impl, case), reference, draw_gated, near_threshold, case, device)
+
+
+def forward_only_inputs(case: Case, device) -> dict:
+    return {key: t.detach() for key, t in draw_gated(case, torch.Generator().manual_seed(0), device).items()}
+
+
+@pytest.mark.filterwarnings("ignore:All-NaN slice")
+def test_future_tiles_never_read(device):
+    case = Case(64, 32)
+    check_future_tiles_never_read(implementation("tra", "triton", case), forward_only_inputs(case, device), cut=32)
+
+
+def test_threshold_flips(device):
+    case = Case(130, 64, gate=2.0)
+    x = forward_only_inputs(case, device)
+    check_threshold_flips(implementation("tra", "triton", case), reference, x, near_threshold(x, case), case)
+
+
+def test_skipping_zero_tiles_is_exact(device):
+    from kernels.bench import zero_tile_fraction
+
+    case = Case(130, 32, blocks=(16, 16), empty=True, gate=-4.0)
+    kernel = implementation("tra", "triton", case)
+    x = forward_only_inputs(case, device)
+    with torch.no_grad():
+        assert zero_tile_fraction(pattern_of(reference, x), (16,))[16] > 0.2  # exercised
+        dense = kernel(*x.values())
+        skipped = kernel(*x.values(), skip_zero_tiles=True)
+    torch.testing.assert_close(skipped, dense, rtol=0, atol=0)
+
+
+def test_rows_with_empty_rows_and_gradcheck(small_blocks):
+    """Rows with no surviving key give 0 and pass no gradient; float64 gradcheck on a shape
+    that crosses blocks; the forward without gradients (logits up to a row constant) agrees."""
+    tra_rows = implementation("tra", "rows")
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 9, 2, 4, generator=gen, dtype=torch.float64) for _ in range(3))
+    k[:, :, 0] = -q[:, :1, 0]  # head 0: every key is minus query 0, so query 0 keeps no key
+    log_delta = -torch.rand(1, 2, 9, generator=gen, dtype=torch.float64) - 0.1
+    inputs = tuple(t.requires_grad_() for t in (q, k, v, log_delta))
+    assert torch.autograd.gradcheck(tra_rows, inputs)
+    with_grad = tra_rows(*inputs)
+    with torch.no_grad():
+        without = tra_rows(*inputs)
+    assert torch.allclose(with_grad, without, atol=1e-12)
+    assert torch.equal(without[0, 0, 0], torch.zeros(4, dtype=torch.float64))
+    z = tra_rows(torch.ones(1, 3, 1, 4), -torch.ones(1, 3, 1, 4), torch.randn(1, 3, 1, 4), torch.full((1, 1, 3), -0.5))
+    assert torch.equal(z, torch.zeros_like(z)), "no key survives: every row attends to nothing"
