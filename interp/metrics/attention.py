@@ -27,6 +27,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from kernels.common import suffix_sum
+
 Maps = torch.Tensor | Mapping[int, torch.Tensor] | Sequence[torch.Tensor]
 
 # Columns that describe a row rather than identify it: summarise() never groups by them.
@@ -181,11 +183,6 @@ def entropy_summary(maps: Maps, eps: float = EPS, name: str = "pattern") -> pd.D
     return metric_frame(maps, name, stats)
 
 
-def _suffix_sum(x: torch.Tensor) -> torch.Tensor:
-    """``out[..., k] = sum_{i >= k} x[..., i]``."""
-    return x.flip(-1).cumsum(-1).flip(-1)
-
-
 def sink_ratio(maps: Maps, key_pos: Iterable[int] | None = None, name: str = "pattern") -> pd.DataFrame:
     """The generalised sink ratio of Sec. 3 for each key position (default: all), per layer and head::
 
@@ -205,7 +202,7 @@ def sink_ratio(maps: Maps, key_pos: Iterable[int] | None = None, name: str = "pa
         mass = P.sum((0, 2)).double()                           # [head, key_pos]
         live = (~zero_rows(a)).sum(0).double()                  # [head, query_pos]
         S = torch.arange(1, T + 1, device=a.device).double()    # |S(i)|
-        return {"key_mass": mass / _suffix_sum(live), "gsink_ratio": mass / _suffix_sum(live / S)}
+        return {"key_mass": mass / suffix_sum(live), "gsink_ratio": mass / suffix_sum(live / S)}
 
     frame = metric_frame(maps, name, stats, position="key_pos")
     return frame if key_pos is None else frame[frame.key_pos.isin(list(key_pos))].reset_index(drop=True)
