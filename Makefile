@@ -1,5 +1,6 @@
 # GlitchLens: `make demo` (set up, train, evaluate, diagnose), `make test` (set up, run the tests) and
 # `make notebooks` (execute the notebooks and write their outputs back, to commit with them).
+# The ray extra (sweeps on a Ray cluster, docs/guide.md "Sweeps on Ray") is installed too: its test runs in CI.
 # torch is pinned and installed first (the local CPU wheel here); a GPU machine may pass its own
 #   make setup TORCH_SPEC="torch==2.13.0 --index-url <PyTorch's index for your CUDA>"
 PYTHON ?= python3
@@ -21,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_SPEC)
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[ray]'
 	touch $@
 
 demo: setup

@@ -267,10 +267,12 @@ def cmd_reproduce(args) -> int:
 
     models = tuple(args.models.split(",")) if args.models else TABLE1_MODELS
     if args.what == "recipes":
-        reproduce_recipes(args.out, tuple(args.recipes.split(",")), models, args.seeds, args.jobs, args.scale)
+        reproduce_recipes(args.out, tuple(args.recipes.split(",")), models, args.seeds, args.jobs, args.scale,
+                          ray_address=args.ray)
         report = "recipes.md"
     else:
-        reproduce_table1(args.out, args.scale, args.seeds, args.jobs, models, train=not args.report_only)
+        reproduce_table1(args.out, args.scale, args.seeds, args.jobs, models, train=not args.report_only,
+                         ray_address=args.ray)
         report = "table1.md"
     print(f"wrote {args.out}/{report}")
     print((Path(args.out) / report).read_text())
@@ -538,7 +540,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recipes", default="llama,authors",
                    help="recipes: comma-separated names from interp/recipes.py")
     p.add_argument("--seeds", type=positive_int, default=3, help="seeds per model (and recipe)")
-    p.add_argument("--jobs", type=positive_int, default=2, help="runs at once (one torch thread each)")
+    p.add_argument("--jobs", type=positive_int, default=2,
+                   help="runs at once on this machine (one torch thread each); with --ray local, Ray's CPUs")
+    p.add_argument("--ray", default=None, metavar="ADDRESS",
+                   help="run the runs as tasks on a Ray cluster (the ray extra): auto, host:6379, "
+                        "ray://host:10001, or local to start one here; --out must be on a filesystem every node "
+                        "shares (docs/guide.md \"Sweeps on Ray\")")
     p.add_argument("--out", required=True, help="directory for the runs and the report")
     p.add_argument("--report-only", action="store_true",
                    help="table1: write the table from the runs that have finished, training nothing")

@@ -4,7 +4,8 @@ flip-flop ``iid``, ``sparse`` and ``dense`` splits), for every model, over seeds
 Each (model, seed) run trains on fresh FFL(0.8) at T = 512 with the clean loss, evaluates on
 the three canonical splits and writes ``runs/<model>-seed<seed>/result.json`` next to its
 checkpoint. A run whose ``result.json`` exists is skipped and an unfinished run continues from
-its last checkpoint (every 100 steps), so an interrupted sweep resumes where it stopped. Runs go ``jobs`` at a time, one torch thread each.
+its last checkpoint (every 100 steps), so an interrupted sweep resumes where it stopped. Runs go
+``jobs`` at a time, one torch thread each, or as one-CPU tasks on a Ray cluster (``interp.sweeps``).
 
 Scales (the same for every model: no model is tuned more than another):
 
@@ -24,13 +25,13 @@ Scales (the same for every model: no model is tuned more than another):
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
+
+from interp.sweeps import run_all
 
 TABLE1_MODELS = ("nope", "ape", "rel", "rope", "label", "fot", "diff", "cope", "tra", "tda", "trela", "lstm")
 SPLIT_ORDER = ("iid", "dense", "sparse")
@@ -98,6 +99,11 @@ def learning_curve(run_dir: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["eval"]["iid"]["sequence_accuracy"]) for r in records if "eval" in r]
 
 
+def run_name(model: str, seed: int) -> str:
+    """The directory of one run of a sweep, under ``out/runs``."""
+    return f"{model}-seed{seed}"
+
+
 def run_one(model: str, seed: int, scale: Scale, out: str) -> dict:
     """Train and evaluate one (model, seed); return its result (read from disk if done)."""
     import torch
@@ -106,7 +112,7 @@ def run_one(model: str, seed: int, scale: Scale, out: str) -> dict:
     from interp.tasks import held_out
     from interp.train import train
 
-    run_dir = Path(out) / "runs" / f"{model}-seed{seed}"
+    run_dir = Path(out) / "runs" / run_name(model, seed)
     result_file = run_dir / "result.json"
     if result_file.exists():
         return json.loads(result_file.read_text())
@@ -123,33 +129,35 @@ def run_one(model: str, seed: int, scale: Scale, out: str) -> dict:
     return result
 
 
-def sweep(out: Path, scale: Scale, models: tuple[str, ...], seeds: int, jobs: int) -> list[dict]:
-    """Every (model, seed) of ``scale`` under ``out/runs``, ``jobs`` at a time; finished runs are
-    read back, unfinished ones resume. Results in ``models`` order, then by seed."""
+def sweep(out: Path, scale: Scale, models: tuple[str, ...], seeds: int, jobs: int,
+          ray_address: str | None = None) -> list[dict]:
+    """Every (model, seed) of ``scale`` under ``out/runs``, ``jobs`` at a time or on the Ray cluster
+    at ``ray_address``; finished runs are read back, unfinished ones resume. Results in ``models``
+    order, then by seed; raises ``interp.sweeps.SweepFailed`` after the last run if any failed."""
     (out / "runs").mkdir(parents=True, exist_ok=True)
     # seed by seed, in the order of ``models``, so that an interrupted sweep has every model's
     # first seeds, and the runs wanted first (the specimens) come first when named first
-    tasks = [(model, seed, scale, str(out)) for seed in range(seeds) for model in models]
-    # spawn, not fork: a forked child inherits the parent's OpenMP state, which can hang it
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        results = list(pool.map(run_one, *zip(*tasks)))
+    runs = {run_name(model, seed): (model, seed, scale, str(out)) for seed in range(seeds) for model in models}
+    results = run_all(run_one, runs, jobs, ray_address)
     return sorted(results, key=lambda r: (models.index(r["model"]), r["seed"]))
 
 
 def finished_runs(out: Path, models: tuple[str, ...], seeds: int) -> list[dict]:
     """The results of the runs of a sweep under ``out/runs`` that have finished, in ``models``
     order, then by seed."""
-    files = [out / "runs" / f"{model}-seed{seed}" / "result.json" for model in models for seed in range(seeds)]
+    files = [out / "runs" / run_name(model, seed) / "result.json" for model in models for seed in range(seeds)]
     return [json.loads(f.read_text()) for f in files if f.exists()]
 
 
 def reproduce_table1(out: str | Path, scale: str | Scale = "cpu", seeds: int = 3, jobs: int = 2,
-                     models: tuple[str, ...] = TABLE1_MODELS, train: bool = True) -> pd.DataFrame:
-    """Run (or resume) the sweep and write ``table1.csv`` and ``table1.md`` to ``out``;
-    ``train=False`` writes them from the runs that have finished, training nothing."""
+                     models: tuple[str, ...] = TABLE1_MODELS, train: bool = True,
+                     ray_address: str | None = None) -> pd.DataFrame:
+    """Run (or resume) the sweep, on the Ray cluster at ``ray_address`` if given, and write
+    ``table1.csv`` and ``table1.md`` to ``out``; ``train=False`` writes them from the runs that
+    have finished, training nothing."""
     scale = SCALES[scale] if isinstance(scale, str) else scale
     out = Path(out)
-    results = sweep(out, scale, models, seeds, jobs) if train else finished_runs(out, models, seeds)
+    results = sweep(out, scale, models, seeds, jobs, ray_address) if train else finished_runs(out, models, seeds)
     if not results:
         raise ValueError(f"no finished run under {out / 'runs'}: run the sweep first (without --report-only)")
     table = summarise_runs(results)
@@ -201,21 +209,21 @@ LEARNED = 0.99   # full-sequence accuracy that counts as learned (issue: >= 99%)
 
 
 def reproduce_recipes(out: str | Path, recipes: tuple[str, ...], models: tuple[str, ...], seeds: int = 3,
-                      jobs: int = 2, scale: str | Scale = "cpu") -> pd.DataFrame:
+                      jobs: int = 2, scale: str | Scale = "cpu", ray_address: str | None = None) -> pd.DataFrame:
     """Which recipe learns: every (recipe, model, seed) at ``scale`` with that recipe, under
     ``out/<recipe>``; writes ``recipes.csv`` and ``recipes.md`` to ``out``. A seed has learned
     when its full-sequence accuracy on ``HELD_OUT_N`` held-out FFL(0.8) sequences of the
     training length is >= 99% (at T = 512 that is the ``iid`` distribution; the canonical
     ``iid`` split's accuracy is reported beside it, which at a shorter training length also
     measures extrapolation); its learning step is the first quick check at which all
-    ``QUICK_EVAL_N`` iid sequences were right."""
+    ``QUICK_EVAL_N`` iid sequences were right. Runs on the Ray cluster at ``ray_address`` if given."""
     from dataclasses import replace
 
     scale = SCALES[scale] if isinstance(scale, str) else scale
     out = Path(out)
     rows = []
     for recipe in recipes:
-        for r in sweep(out / recipe, replace(scale, recipe=recipe), models, seeds, jobs):
+        for r in sweep(out / recipe, replace(scale, recipe=recipe), models, seeds, jobs, ray_address):
             held = r["held_out"]["sequence_accuracy"]
             first = next((step for step, accuracy in r["learning_curve"] if accuracy >= 1.0), None)
             rows.append({"recipe": recipe, "model": r["model"], "seed": r["seed"], "held_out": held,

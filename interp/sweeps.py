@@ -1,0 +1,105 @@
+"""Running the runs of a sweep: ``jobs`` at a time on this machine, or as tasks on a Ray cluster.
+
+Either way each run is ``function(*args)`` in a process of its own, the results come back in the
+order of the runs, and a run that raises loses no other: the sweep goes on, and after its last run
+:class:`SweepFailed` names the runs that failed. Runs write their outputs themselves, so on a
+cluster of more than one machine they must write to a filesystem that every node mounts at the
+same path, and every node needs this project installed.
+
+Ray addresses are ``ray.init``'s: ``local`` starts a Ray instance on this machine with ``jobs``
+CPUs for the sweep; ``auto`` joins the cluster this machine is a node of (``ray start``);
+``host:6379`` is a cluster's head node, reached from one of its nodes; ``ray://host:10001`` is a
+cluster's head node through the Ray Client, from a machine outside the cluster.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+
+from tqdm import tqdm
+
+RAY_MISSING = "Ray is not installed; install the ray extra: pip install -e '.[ray]'"
+
+
+class SweepFailed(RuntimeError):
+    """Some runs of a sweep raised; every other run finished."""
+
+    def __init__(self, failures: dict[str, BaseException], runs: int):
+        self.failures = failures
+        listing = "; ".join(f"{name}: {type(err).__name__}: {err}" for name, err in failures.items())
+        super().__init__(f"{len(failures)} of {runs} runs failed ({listing}); the other runs finished")
+
+
+def run_all(function: Callable, runs: dict[str, tuple], jobs: int = 2, ray_address: str | None = None) -> list:
+    """``function(*args)`` for every ``name: args`` of ``runs``: ``jobs`` at a time on this machine,
+    or, given ``ray_address``, as one-CPU tasks on that Ray cluster. Returns the results in the
+    order of ``runs``; raises :class:`SweepFailed` once every run has ended if any raised."""
+    finished = _on_ray(function, runs, jobs, ray_address) if ray_address else _here(function, runs, jobs)
+    results, failures = {}, {}
+    with tqdm(total=len(runs), bar_format="{n_fmt}/{total_fmt} runs done [{elapsed}]") as progress:
+        for name, result, error in finished:
+            if error is None:
+                results[name] = result
+            else:
+                failures[name] = error
+                progress.write(f"{name} failed: {type(error).__name__}: {error}")
+            progress.update()
+    if failures:
+        raise SweepFailed(failures, len(runs))
+    return [results[name] for name in runs]
+
+
+Finished = Iterator[tuple[str, object, BaseException | None]]   # (name, result, error) as each run ends
+
+
+def _here(function: Callable, runs: dict[str, tuple], jobs: int) -> Finished:
+    # spawn, not fork: a forked child inherits the parent's OpenMP state, which can hang it
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(function, *args): name for name, args in runs.items()}
+        for future in as_completed(futures):
+            error = future.exception()
+            yield futures[future], None if error else future.result(), error
+
+
+def _on_ray(function: Callable, runs: dict[str, tuple], jobs: int, address: str) -> Finished:
+    ray = _import_ray()
+    with ray_session(address, jobs):
+        task = ray.remote(num_cpus=1)(function)
+        pending = {task.remote(*args): name for name, args in runs.items()}
+        while pending:
+            (ready,), _ = ray.wait(list(pending))
+            try:
+                result, error = ray.get(ready), None
+            except ray.exceptions.RayTaskError as err:   # the run raised: report its own exception
+                result, error = None, err.cause
+            except ray.exceptions.RayError as err:       # its worker or node was lost
+                result, error = None, err
+            yield pending.pop(ready), result, error
+
+
+@contextmanager
+def ray_session(address: str, cpus: int):
+    """Connected to the Ray cluster at ``address`` (``local``: a new instance with ``cpus`` CPUs)
+    for the block; a connection made before it is used as it is and left open."""
+    ray = _import_ray()
+    if ray.is_initialized():
+        yield
+        return
+    # a new local instance takes the sweep's size; a running cluster's resources are its own
+    options = {"num_cpus": cpus, "include_dashboard": False} if address == "local" else {}
+    ray.init(address=address, **options)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError as err:
+        raise RuntimeError(RAY_MISSING) from err
+    return ray

@@ -1,0 +1,56 @@
+"""Sweeps on this machine and on Ray: the results in the order of the runs, the same either way,
+and a run that fails loses no other run's result but fails the sweep, naming it."""
+
+import json
+import math
+import shutil
+import sys
+
+import pytest
+
+from interp.cli import main
+from interp.reproduce import Scale, sweep
+from interp.sweeps import SweepFailed, ray_session, run_all
+
+QUICK = Scale(preset="tiny", steps=6, lr=1e-3, batch_size=2, eval_n=3, eval_every=3, seq_len=64)
+BROKEN = "nosuchmodel"   # its run fails when it builds its config
+
+
+def result_files(out) -> dict[str, dict]:
+    return {f.parent.name: json.loads(f.read_text()) for f in sorted((out / "runs").glob("*/result.json"))}
+
+
+def test_results_come_in_the_order_of_the_runs():
+    assert run_all(math.sqrt, {"nine": (9.0,), "four": (4.0,), "one": (1.0,)}, jobs=2) == [3.0, 2.0, 1.0]
+
+
+def test_a_failed_run_fails_the_sweep_after_the_others(tmp_path):
+    (tmp_path / "source").write_text("kept")
+    runs = {"first": (tmp_path / "missing", tmp_path / "never"), "second": (tmp_path / "source", tmp_path / "copy")}
+    with pytest.raises(SweepFailed, match="1 of 2 runs failed \\(first: FileNotFoundError") as err:
+        run_all(shutil.copyfile, runs, jobs=1)   # one at a time: the failure comes first
+    assert list(err.value.failures) == ["first"]
+    assert (tmp_path / "copy").read_text() == "kept", "the run after the failed one ran"
+
+
+@pytest.mark.slow
+def test_ray_sweep_equals_the_local_one(tmp_path):
+    models = ("fot", "lstm")
+    local = sweep(tmp_path / "local", QUICK, models, seeds=1, jobs=2)
+    with ray_session("local", cpus=2):   # one Ray instance for the test: starting one takes ~30 s here
+        on_ray = sweep(tmp_path / "ray", QUICK, models, seeds=1, jobs=2, ray_address="local")
+        with pytest.raises(SweepFailed, match=f"1 of 2 runs failed \\({BROKEN}-seed0: ValueError: unknown model"):
+            sweep(tmp_path / "failing", QUICK, ("lstm", BROKEN), seeds=1, jobs=2, ray_address="local")
+    assert [(r["model"], r["seed"]) for r in on_ray] == [("fot", 0), ("lstm", 0)]
+    assert on_ray == local, "one thread a run: the same training and evaluation wherever it runs"
+    local_files = result_files(tmp_path / "local")
+    assert result_files(tmp_path / "ray") == local_files
+    assert result_files(tmp_path / "failing") == {"lstm-seed0": local_files["lstm-seed0"]}, \
+        "the run beside the failed one finished"
+
+
+def test_ray_without_the_extra_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)   # makes `import ray` raise ImportError
+    assert main(["reproduce", "table1", "--models", "lstm", "--seeds", "1", "--out", str(tmp_path),
+                 "--ray", "auto"]) == 2
+    assert "install the ray extra: pip install -e '.[ray]'" in capsys.readouterr().err
