@@ -164,18 +164,14 @@ def bench_kernels(out: str | Path | None = None, budget_s: float = float("inf"),
 def bench_tiles(checkpoint: str, n: int = 8, seq_len: int = 512) -> list[dict]:
     """Fraction of all-zero key tiles (16, 32, 64) in each layer's pattern of a trained
     checkpoint on ``n`` iid sequences: the work a tile-skipping kernel could save."""
+    from interp.metrics import capture_maps
     from interp.tasks import load_split
     from kernels.bench import zero_tile_fraction
     from models import load
 
-    model = load(checkpoint)
-    tokens = torch.from_numpy(load_split("iid", n)[:, :seq_len].astype(np.int64))
-    _, cache = model.run_with_cache(tokens, names_filter=lambda name: name.endswith("attn.hook_pattern"))
-    rows = []
-    for layer in range(model.cfg.n_layers):
-        fractions = zero_tile_fraction(cache["pattern", layer])
-        rows.append({"layer": layer, **{f"zero_tiles_{t}": f for t, f in fractions.items()}})
-    return rows
+    _, maps = capture_maps(load(checkpoint), load_split("iid", n)[:, :seq_len], ["pattern"])
+    return [{"layer": layer, **{f"zero_tiles_{t}": f for t, f in zero_tile_fraction(pattern).items()}}
+            for layer, pattern in maps["pattern"].items()]
 
 
 def forward_flops(cfg, n_pos: int, causal: bool = True) -> int:

@@ -12,15 +12,17 @@ checkpoint was trained on is recorded in it (:func:`checkpoint_task`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import pandas as pd
 import torch
 from scipy.stats import beta
 from tqdm.auto import tqdm
 
+from interp.metrics import read_table
 from interp.tasks import D_VOCAB, D_VOCAB_AUTOMATON, ONE, SPLITS, ZERO, load_split, read_mask, sample_automaton
 from models.config import check_int
 
@@ -215,6 +217,21 @@ def evaluate_splits(
         results[name] = evaluate_tokens(model, load_split(name, size), name, batch_size, progress)
     return results
 
+
+
+def evaluate_reads(model, splits: Sequence[str], n: int | None, batch_size: int
+                   ) -> tuple[dict[str, SplitResult], pd.DataFrame]:
+    """Each split's :class:`SplitResult` and one :func:`~interp.metrics.read_table` of all
+    their reads (with a ``split`` column), from a single pass over the first ``n`` sequences."""
+    results, tables = {}, []
+    for name in splits:
+        tokens = load_split(name, None if n is None else min(n, SPLITS[name].size))
+        reads = predict_reads(model, tokens, batch_size)
+        results[name] = summarize(name, len(tokens), reads)
+        predicted = np.full(tokens.shape, -1)    # read_table only looks at the reads
+        predicted[reads.sequence, reads.position] = reads.predicted
+        tables.append(read_table(tokens, predicted).assign(split=name))
+    return results, pd.concat(tables, ignore_index=True)
 
 def evaluate_automaton(model, n: int = 1000, seq_len: int = 512, batch_size: int = 64,
                        seed: int = AUTOMATON_EVAL_SEED, progress: bool = False) -> dict[str, float | int]:

@@ -1,7 +1,7 @@
 """``glitchlens explain``: for the glitches of a checkpoint, which components carry the bit to
 the read and which ones corrupt it.
 
-Orchestration of :func:`interp.diagnose.evaluate_reads`, :mod:`interp.circuits` and
+Orchestration of :func:`interp.evaluate.evaluate_reads`, :mod:`interp.circuits` and
 :mod:`interp.plots`:
 
 1. Evaluate the first ``n`` sequences of one split; every wrong read is a glitch.
@@ -41,8 +41,8 @@ import numpy as np
 import pandas as pd
 
 from interp import circuits, plots
-from interp.diagnose import evaluate_reads, plain
-from interp.evaluate import checkpoint_task
+from interp.diagnose.summary import plain
+from interp.evaluate import checkpoint_task, evaluate_reads
 from interp.tasks import load_split
 
 NAMED = 0.5                  # restored fraction that names a component

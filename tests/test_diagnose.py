@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-import interp.diagnose
+import interp.diagnose.summary
 import models
 from interp.cli import main
 from interp.diagnose import ATTENTION_FIELDS, FIELDS, diagnose
@@ -66,7 +66,7 @@ def test_diagnose_writes_every_documented_field_and_file(diagnosed, name):
     metrics = json.loads(result.files["metrics_json"].read_text())      # strict JSON: no NaN
     assert tuple(metrics) == FIELDS and metrics == result.metrics
     for field in FIELDS:
-        assert f"``{field}``" in interp.diagnose.__doc__, f"{field} is not documented"
+        assert f"``{field}``" in interp.diagnose.summary.__doc__, f"{field} is not documented"
     assert sorted(metrics["files"].values()) == sorted(p.name for p in result.out_dir.iterdir())
 
     # The evaluation is the evaluator's, and the glitch table lists exactly its wrong reads.

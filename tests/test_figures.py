@@ -15,12 +15,20 @@ import torch
 import models
 from interp import figures, plots
 from interp.cli import main
-from interp.figures import (
-    MissingHookError, drift_sequences, figure_automaton, figure_cope_gates, figure_cross_view,
-    figure_drift, figure_glitch_lengths, figure_logit_tails, figure_survivors, figure_table1, figure_tda_diagnostics,
-    figure_tda_inhibition, figure_tra_vs_fot, glitch_lengths_figure, make_figures, read_rich_window, write_figure,
+from interp.figures import flipflop, make_figures, write_figure
+from interp.figures.common import read_rich_window
+from interp.figures.cope import figure_cope_gates
+from interp.figures.flipflop import (
+    drift_sequences, figure_automaton, figure_drift, figure_glitch_lengths, glitch_lengths_figure,
 )
-from interp.metrics import automaton_write_attention, gaussian_tail, inhibition, mean_by_key_token, read_table
+from interp.figures.table1 import figure_table1
+from interp.figures.tda import (
+    figure_cross_view, figure_logit_tails, figure_survivors, figure_tda_diagnostics, figure_tda_inhibition,
+)
+from interp.figures.tra import figure_tra_vs_fot
+from interp.metrics import (
+    MissingHookError, automaton_write_attention, gaussian_tail, inhibition, mean_by_key_token, read_table,
+)
 from interp.reproduce import summarise_runs
 from interp.tasks import SPLITS, load_split, parse_sequence
 from interp.tasks.text import format_sequence, validate
@@ -132,7 +140,7 @@ def test_glitch_lengths(tmp_path):
         "08_glitch_dependency_lengths"].data
     reads = read_table(load_split("sparse", 16), np.zeros((16, 512), dtype=int))
     assert data.n_reads.sum() == len(reads) and np.isclose(data.share_of_reads.sum(), 1.0)
-    assert (data.ignores_since % figures.GLITCH_BIN == 0).all()
+    assert (data.ignores_since % flipflop.GLITCH_BIN == 0).all()
 
 
 def test_glitch_lengths_without_wrong_reads(tmp_path):
@@ -167,8 +175,8 @@ def test_drift(tmp_path):
     assert (drift.n_carriers >= 1).all() and drift.carrier_weight.between(0, 1).all()
     automaton = found["09b_drift_automaton"].data
     assert len(automaton) == 64
-    assert (automaton.write_pos == np.where(automaton.position >= figures.AUTOMATON_SECOND_WRITE,
-                                            figures.AUTOMATON_SECOND_WRITE, 0)).all()
+    assert (automaton.write_pos == np.where(automaton.position >= flipflop.AUTOMATON_SECOND_WRITE,
+                                            flipflop.AUTOMATON_SECOND_WRITE, 0)).all()
 
 
 def test_cope_gates(tmp_path):
@@ -198,7 +206,7 @@ def test_table1(tmp_path):
 
 
 def test_missing_hook_names_model_and_hook(tmp_path):
-    with pytest.raises(MissingHookError, match=r"tda-mech \(rope\).*hook_view_1"):
+    with pytest.raises(MissingHookError, match=r"rope model has no blocks\.\*\.attn\.hook_view_1"):
         figure_tda_inhibition(lambda name: tiny("rope-mech"))
 
 

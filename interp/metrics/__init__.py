@@ -1,9 +1,11 @@
-"""The papers' attention metrics and the flip-flop probes, as pure functions of tensors.
+"""The papers' attention metrics and the flip-flop probes, as pure functions of tensors, and the
+capture of the maps they read.
 
 ``attention``: maps ``[batch, head, query_pos, key_pos]`` (or ``{layer: map}``) -> tidy frames
 (TDA paper Sec. 3, App. B, App. E.1). ``probes``: flip-flop reads, glitches, and attention on
 the last write's bit wherever the model moved it, or on the write itself (flip-flop paper Fig. 5,
-12, 14). Nothing here imports ``models``.
+12, 14). ``capture``: running a model for its maps, collected or streamed layer by layer.
+Nothing here imports ``models``.
 """
 
 from interp.metrics.attention import (
@@ -11,6 +13,7 @@ from interp.metrics.attention import (
     entropy_summary, gaussian_tail, inhibition, magnitudes, max_abs_weight, sink_eps, sink_ratio, sparsity,
     summarise, survivor_counts, survivor_growth, survivor_scaling, tail_probabilities, zero_rows,
 )
+from interp.metrics.capture import DEFAULT_LENGTHS, MissingHookError, capture_maps, heatmap_window
 from interp.metrics.probes import (
     MIN_CARRIER_SHARE, automaton_write_attention, automaton_write_positions, bit_carrier_attention, bit_carrier_summary,
     bit_carriers, bit_carriers_in_tokens, error_rate_by_dependency, glitch_table, last_write_attention,

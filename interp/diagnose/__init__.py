@@ -1,0 +1,141 @@
+"""``glitchlens diagnose``: one checkpoint in, one self-contained report of its attention out.
+
+Pure orchestration of :mod:`interp.evaluate`, :mod:`interp.metrics` and :mod:`interp.plots`:
+
+1. Evaluate on the canonical splits (the first ``n`` sequences of each), keeping every read:
+   the glitch table (every wrong read) and the error rate by dependency length.
+2. Run the model on the first ``n_cache_sequences`` sequences of FFL(0.8) (the iid split's
+   generator) at each length in ``lengths``, with hooks on every layer's
+   ``blocks.{l}.attn.hook_pattern`` (and, at the probe length, ``hook_attn_scores`` and
+   ``hook_view_*`` where the mechanism has them). Each layer's maps are reduced to metric
+   rows as soon as that layer has produced them all, so at most one layer's
+   ``[batch, head, T, T]`` maps are alive (every layer of a ``mini`` model at T = 2048 would
+   take gigabytes): :func:`interp.metrics.capture_maps` streams them.
+3. Draw the plots and write the files.
+
+Choices:
+
+- The *probe length* is the run length closest to 512, the canonical length (ties: the
+  shorter). What the papers follow across lengths is measured at every length: the
+  pattern's sparsity, survivors, max |a|, entropy and sinks (TDA Fig. 1c, Fig. 4). What
+  they report at one length is measured at the probe length only: the views, the
+  cross-view correlation, the logit tails (TDA Fig. 1a-b, Fig. 5, Table 7), the dispersion
+  curve, the two retrieval probes and the heatmaps. At T = 2048 those would cost more than
+  the forward pass.
+- A length the model cannot take (APE beyond ``n_ctx``) makes its forward raise
+  ``ValueError``; that length is skipped with the error's first line as the reason.
+- The heatmap shows the final layer of the cached sequence with the most wrong reads, in a
+  window of ``heatmap_tokens`` tokens ending just after its first wrong read (or the last
+  tokens when it has none): a 512 x 512 map is an unreadable blur.
+- Error rate by dependency length uses the token distance from the read to its last write,
+  in power-of-two bins (lower edge reported).
+
+Files written to ``out_dir``: ``report.html`` (one file, plotly.js inline once, opens
+offline), ``metrics.json``, ``metrics.csv`` (the tidy frame of :mod:`interp.metrics`:
+columns ``layer, head, metric, value, map, seq_len`` plus metric-specific ones; rows with
+a ``query_pos`` are the dispersion curve at the probe length, mean over heads; rows with a
+``split`` are the error rates by dependency length), ``glitches.csv`` (one row per wrong
+read: ``split, seq, position, write_pos, dependency_length, ignores_since, n_writes,
+true_bit, pred_bit``) and PNGs of the key plots.
+
+The modules: ``run`` (the evaluation's error rates and the attention runs), ``summary`` (what
+metrics.json and metrics.csv hold, every field documented there, and the printed table),
+``report`` (the page) and ``sections`` (its sections and their texts).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from interp.diagnose.report import Figures, render_html
+from interp.diagnose.run import LengthRun, attention_hooks, errors_by_dependency, run_lengths
+from interp.diagnose.sections import report_sections
+from interp.diagnose.summary import ATTENTION_FIELDS, FIELDS, Diagnosis, attention_fields, plain, tidy_frame
+from interp.evaluate import checkpoint_task, evaluate_reads
+from interp.metrics import DEFAULT_LENGTHS
+
+
+def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse", "dense"), n: int | None = 32,
+             lengths: Sequence[int] = DEFAULT_LENGTHS, n_cache_sequences: int = 2, sink_keys: Sequence[int] = (0, 1, 2, 3),
+             sink_threshold: float = 0.3, heatmap_tokens: int = 128, batch_size: int = 16,
+             device: str = "cpu") -> Diagnosis:
+    """Diagnose a checkpoint and write report.html, metrics.json, metrics.csv, glitches.csv
+    and PNGs into ``out_dir`` (see the module docstring). ``n``: sequences per split (None:
+    all). The defaults keep a ``mini`` checkpoint under a minute on a 2-core CPU."""
+    from models import load, read_config
+
+    if checkpoint_task(read_config(checkpoint_path)) == "automaton":
+        raise ValueError(f"{checkpoint_path} was trained on the automaton task; diagnose reads flip-flop splits. "
+                         f"`glitchlens eval {checkpoint_path}` scores it on automaton sequences")
+    settings = {"splits": list(splits), "n": n, "lengths": list(lengths), "n_cache_sequences": n_cache_sequences,
+                "sink_keys": list(sink_keys), "sink_eps": sink_threshold, "heatmap_tokens": heatmap_tokens,
+                "batch_size": batch_size, "device": device}
+    timings, clock = {}, [time.perf_counter()]
+
+    def lap(stage):
+        clock.append(time.perf_counter())
+        timings[stage] = clock[-1] - clock[-2]
+
+    model = load(checkpoint_path, device=device)
+    lap("load")
+    evaluation, reads = evaluate_reads(model, splits, n, batch_size)
+    rates = errors_by_dependency(reads)
+    glitches = reads[~reads.correct].drop(columns="correct")
+    glitches = glitches[["split", *glitches.columns.drop("split")]].reset_index(drop=True)
+    lap("evaluate")
+    layers, names = attention_hooks(model)
+    runs, probe_length, skipped_lengths = (run_lengths(model, layers, names, lengths, n_cache_sequences, sink_keys)
+                                           if layers else ({}, None, {}))
+    lap("attention")
+
+    probe = runs.get(probe_length)
+    frame = tidy_frame(runs, probe_length, rates)
+    metrics = {
+        "checkpoint": str(checkpoint_path), "model": model.cfg.model, "config": model.cfg.to_dict(),
+        "settings": settings, "evaluation": {name: r.to_dict() for name, r in evaluation.items()},
+        "glitches": {"total": len(glitches), "by_split": {s: int((glitches.split == s).sum()) for s in splits}},
+        "error_by_dependency": rates[["split", "dependency_length", "n_reads", "n_errors", "error_rate"]]
+        .to_dict("records"),
+        **dict.fromkeys(ATTENTION_FIELDS), "skipped": {},
+    }
+    if probe is None:
+        reason = (f"{model.cfg.model} has no attention layers (no blocks.*.attn.hook_pattern)" if not layers else
+                  "no requested length could be run: " + "; ".join(f"{T}: {r}" for T, r in skipped_lengths.items()))
+        metrics["skipped"] = dict.fromkeys(ATTENTION_FIELDS, reason)
+    else:
+        metrics |= attention_fields(model.cfg.model, names, frame, runs, probe_length, skipped_lengths, settings)
+    lap("metrics")
+    files = write_outputs(Path(out_dir), metrics, frame, glitches, rates, probe)
+    lap("report")
+    metrics["timings_s"] = {**timings, "total": clock[-1] - clock[0]}
+    files["metrics_json"].write_text(json.dumps(plain(metrics), indent=2, allow_nan=False) + "\n")
+    return Diagnosis(Path(out_dir), plain(metrics), frame, glitches, files)
+
+
+def write_outputs(out_dir: Path, metrics: dict, frame: pd.DataFrame, glitches: pd.DataFrame, rates: pd.DataFrame,
+                  probe: LengthRun | None) -> dict[str, Path]:
+    """report.html, the CSVs and the PNGs; records every file (metrics.json, written last by
+    the caller, included) in ``metrics["files"]``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files: dict[str, Path] = {}
+    sections = report_sections(metrics, frame, glitches, rates, probe, Figures(out_dir, files))
+    files |= {"metrics_csv": out_dir / "metrics.csv", "glitches_csv": out_dir / "glitches.csv",
+              "report": out_dir / "report.html", "metrics_json": out_dir / "metrics.json"}
+    frame.to_csv(files["metrics_csv"], index=False)
+    glitches.to_csv(files["glitches_csv"], index=False)
+    metrics["files"] = {kind: path.name for kind, path in files.items()}
+    settings, config = metrics["settings"], metrics["config"]
+    meta = [f"checkpoint <code>{html.escape(metrics['checkpoint'])}</code>",
+            "config: " + ", ".join(f"{k}={config[k]}" for k in ("n_layers", "n_heads", "d_model", "n_ctx", "attention",
+                                                               "pos_embed", "attention_options")),
+            f"evaluated on the first {settings['n']} sequences of each split; attention measured on "
+            f"{settings['n_cache_sequences']} FFL(0.8) sequences per length; files: "
+            + ", ".join(sorted(metrics["files"].values()))]
+    files["report"].write_text(render_html(f"GlitchLens diagnosis: {metrics['model']}", meta, sections))
+    return files

@@ -1,0 +1,83 @@
+"""Capturing attention maps: a model run with hooks on ``blocks.{layer}.attn.hook_{name}``.
+
+:func:`capture_maps` is the one way the reports (``glitchlens diagnose``, ``figures``,
+``bench tiles``) run a model for its maps. Either it collects every layer's maps, or, given
+``consume``, it streams them: each layer's maps go to ``consume`` as soon as the layer has
+produced them all and are then dropped, so that at most one layer's ``[batch, head, T, T]``
+maps are alive (every layer of a ``mini`` model at T = 2048 would take gigabytes). To read
+maps out of a cache one already has, :func:`~interp.metrics.cache_maps`.
+
+Also here, what the reports that capture maps share: the context lengths they measure
+(``DEFAULT_LENGTHS``) and the window of a sequence a heatmap shows (:func:`heatmap_window`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from interp.metrics.attention import cache_maps
+
+DEFAULT_LENGTHS = (128, 256, 512, 1024, 2048)
+
+
+class MissingHookError(ValueError):
+    """A map was asked for whose attention hook the model does not have."""
+
+
+@torch.no_grad()
+def capture_maps(model, tokens: np.ndarray, names: Sequence[str],
+                 consume: Callable[[int, dict[str, torch.Tensor]], None] | None = None,
+                 ) -> tuple[torch.Tensor, dict[str, dict[int, torch.Tensor]]]:
+    """Run ``model`` on ``tokens`` ``[batch, T]`` with hooks on every layer's
+    ``blocks.{layer}.attn.hook_{name}`` for each name in ``names`` (``pattern``, ``attn_scores``,
+    ``view_1``, ``mask``, ...). Returns the logits ``[batch, T, d_vocab]`` and ``{name: {layer:
+    map}}`` (maps ``[batch, head, query_pos, key_pos]``), both on the CPU.
+
+    With ``consume``, the maps stream instead: ``consume(layer, {name: map})`` is called, on the
+    model's device, as soon as a layer has produced all its maps, and the maps returned are
+    empty. A hook that a mechanism has but never calls cannot hold a layer back: what is left is
+    handed over after the forward pass, without it (collected, it has no layers). Raises
+    :class:`MissingHookError` for a name the model has no hook of at any layer.
+    """
+    hooks = {}       # {name: {layer: hook point}}
+    for name in names:
+        try:
+            hooks[name] = cache_maps(model.hook_dict, name)    # the model's hooks, found as a cache's maps are
+        except KeyError:
+            raise MissingHookError(f"the {model.cfg.model} model has no blocks.*.attn.hook_{name}") from None
+    collected: dict[str, dict[int, torch.Tensor]] = {name: {} for name in names}
+
+    def collect(layer, maps):
+        for name, m in maps.items():
+            collected[name][layer] = m.cpu()
+
+    consume = consume or collect
+    expected = Counter(layer for at in hooks.values() for layer in at)
+    pending: dict[int, dict[str, torch.Tensor]] = defaultdict(dict)
+
+    def keep(x, hook, layer, name):
+        pending[layer][name] = x.detach()
+        if len(pending[layer]) == expected[layer]:
+            consume(layer, pending.pop(layer))
+
+    device = next(model.parameters()).device
+    fwd_hooks = [(point.name, functools.partial(keep, layer=layer, name=name))
+                 for name, at in hooks.items() for layer, point in at.items()]
+    logits = model.run_with_hooks(torch.as_tensor(tokens.astype(np.int64), device=device), fwd_hooks=fwd_hooks)
+    for layer in sorted(pending):
+        consume(layer, pending.pop(layer))
+    return logits.cpu(), {name: dict(sorted(at.items())) for name, at in collected.items()}
+
+
+def heatmap_window(T: int, wrong: list[int], size: int) -> tuple[int, int]:
+    """``size`` tokens (even) of a length-``T`` sequence ending just after its first wrong read
+    (or position) in ``wrong``, or its last tokens when there is none: a 512 x 512 map is an
+    unreadable blur."""
+    size = min(T, size - size % 2)
+    stop = min(T, max(size, min(wrong) + 2)) if wrong else T
+    return stop - size, stop
