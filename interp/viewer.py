@@ -21,9 +21,8 @@ import plotly.graph_objects as go
 import torch
 
 from interp.metrics import Maps, by_layer, cache_maps
-from interp.plots import (
-    HIDDEN_COLOR, GridSize, Panel, colour_scales, plotly_panel_traces, plotly_ticks, token_axis,
-)
+from interp.plots.layout import HIDDEN_COLOR, GridSize, Panel, colour_scales, token_axis
+from interp.plots.render_plotly import panel_traces, token_ticks
 
 # Room above the panel for the dropdown and below it for the slider, in pixels.
 CONTROLS_TOP_PX, CONTROLS_BOTTOM_PX = 50, 90
@@ -82,7 +81,7 @@ def head_viewer(maps: Maps, tokens=None, *, layers: Sequence[int] | None = None,
     for (layer, head, i), panel in panels.items():
         # float32 halves the figure's JSON; hover shows 4 significant digits anyway.
         panel = dataclasses.replace(panel, values=panel.values.astype(np.float32))
-        zero, values, *marks = plotly_panel_traces(panel, axes[i], scale, colorbar if i == 0 else None,
+        zero, values, *marks = panel_traces(panel, axes[i], scale, colorbar if i == 0 else None,
                                                    size.side / n_shown)
         for trace in (zero, values):
             fig.add_trace(trace.update(meta=dict(layer=layer, head=head, seq=seqs[i]),
@@ -100,7 +99,7 @@ def head_viewer(maps: Maps, tokens=None, *, layers: Sequence[int] | None = None,
     seq_slider = dict(active=0, currentvalue=dict(prefix="sequence "), pad=dict(t=60), len=1,
                       steps=[dict(label=str(s), method="relayout", args=[_ranges(i, n_shown)])
                              for i, s in enumerate(seqs)])
-    ticks = plotly_ticks(dataclasses.replace(
+    ticks = token_ticks(dataclasses.replace(
         axes[0], names=[name for axis in axes for name in axis.names],
         ticks=[i * n_shown + t for i, axis in enumerate(axes) for t in axis.ticks],
         tick_text=[text for axis in axes for text in axis.tick_text],

@@ -14,6 +14,7 @@ from matplotlib.colors import to_rgba
 
 from interp import plots
 from interp.metrics import error_rate_by_dependency, read_table, sink_ratio, sparsity, tail_probabilities
+from interp.plots.describe import Chart, ChartPanel, HeatmapGrid, Series
 from interp.tasks.text import parse_sequence
 from support import plot_gallery
 
@@ -304,3 +305,23 @@ def test_html_pages_carry_a_title_and_a_caption(tmp_path):
     untitled = plots.save(plots.heatmap(sample_map(), TOKENS), tmp_path / "pattern.html", shared_plotlyjs=True)
     assert "<title>pattern</title>" in untitled.read_text() and 'src="plotly.min.js"' in untitled.read_text()
     assert (tmp_path / "plotly.min.js").stat().st_size > 1_000_000
+
+
+
+def test_one_description_is_drawn_alike_by_either_backend():
+    grid = HeatmapGrid.of({"a": sample_map(), "b": sample_map(signed=True)}, plots.token_axis(T, TOKENS, wrong=[14]))
+    interactive, static = plots.draw(grid, "plotly"), plots.draw(grid, "matplotlib")
+    assert [a.text for a in interactive.layout.annotations] == [ax.get_title() for ax in static.axes[:2]]
+    assert plain(interactive.layout.xaxis.ticktext) == [t.get_text() for t in static.axes[0].get_xticklabels()]
+    marks = next(t for t in interactive.data if t.name == "last write")
+    assert list(marks.marker.color) == grid.axis.mark_colors
+    assert [tuple(c) for c in static.axes[0].collections[0].get_edgecolors()] == list(map(to_rgba, marks.marker.color))
+    lengths = [16, 64, 256]
+    xaxis = plots.AxisStyle.of(lengths, "length", log=True, measured=True)
+    chart = Chart([ChartPanel([Series("model", lengths, [0.1, 0.2, 0.4])], xaxis, plots.AxisStyle.of([0.4], "share"))],
+                  "title", legend=True)
+    interactive, static = plots.draw(chart, "plotly"), plots.draw(chart, "matplotlib")
+    assert list(interactive.layout.xaxis.tickvals) == list(static.axes[0].get_xticks()) == lengths
+    assert [t.name for t in interactive.data] == [t.get_text() for t in static.axes[0].get_legend().get_texts()]
+    with pytest.raises(ValueError, match="backend"):
+        plots.draw(chart, "svg")
