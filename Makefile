@@ -44,14 +44,14 @@ gpu-bench: setup
 	$(BIN)/glitchlens bench kernels --repeats 10 --budget-s $(CALL_S) --out $(GPU_RUNS)/bench-kernels.csv
 
 # A specimen at the papers' scale (NAME=tra-mini, fot-mini, rope-mini, tda-mini or cope-mini; the
-# recipes are in models/pretrained/__init__.py). Trains in calls of CALL_S seconds: `timeout` then
+# specimens are in interp/specimens.py). Trains in calls of CALL_S seconds: `timeout` then
 # sends the Ctrl-C that makes `glitchlens train` save a checkpoint and stop, and --resume goes on from
 # it (exactly: the batch of a step depends only on the seed and the step). The call that finishes
 # the run adopts it as models/pretrained/NAME, evaluated on the full splits on the GPU.
 gpu-specimen: setup
 	@test -n "$(NAME)" || { echo "usage: make gpu-specimen NAME=tra-mini"; exit 2; }
 	status=0; timeout -s INT $(CALL_S) $(BIN)/glitchlens train $$($(BIN)/python -c "import shlex; \
-	    from interp.pretrained import recipe_args; print(shlex.join(recipe_args('$(NAME)')))") \
+	    from interp.specimens import specimen; print(shlex.join(specimen('$(NAME)').train_args()))") \
 	    --out $(GPU_RUNS)/$(NAME) --checkpoint-every 500 --resume || status=$$?; \
 	if [ $$status = 124 ]; then echo "$(NAME): saved after $(CALL_S) s; run the same command again to go on"; exit 0; fi; \
 	test $$status = 0 && $(BIN)/glitchlens pretrained build $(NAME) --from-run $(GPU_RUNS)/$(NAME)

@@ -100,3 +100,22 @@ def get_recipe(name: str) -> Recipe:
         raise ValueError(f"unknown recipe {name!r}; choose one of {', '.join(RECIPES)}")
     return RECIPES[name]
 
+
+def run_configs(model: str, preset: str, recipe: str = "llama", model_fields: dict[str, Any] | None = None,
+                training: dict[str, Any] | None = None):
+    """The ``(ModelConfig, TrainConfig)`` of ``model`` at size ``preset`` trained with ``recipe``:
+    the given fields win over the recipe's, attention options key by key, and ``n_ctx`` follows
+    the training length unless given. ``glitchlens train``, the sweeps and the pretrained
+    entries all build their configs here."""
+    from interp.train import TrainConfig
+    from models import ModelConfig
+
+    chosen, model_fields = get_recipe(recipe), model_fields or {}
+    # the training options first: a bad seq_len is named as such, not as the n_ctx it sets
+    train_cfg = TrainConfig(**{**chosen.training, **(training or {})})
+    recipe_model = model_overrides(chosen, model)
+    attention_options = {**recipe_model.get("attention_options", {}), **model_fields.get("attention_options", {})}
+    model_cfg = ModelConfig.from_preset(model, preset, **{"n_ctx": train_cfg.seq_len, **recipe_model, **model_fields,
+                                                          "attention_options": attention_options})
+    return model_cfg, train_cfg
+

@@ -28,6 +28,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -61,6 +62,11 @@ class Scale:
     eval_every: int = 100       # steps between the quick iid checks that time learning
     seq_len: int = 512
 
+    def training(self, seed: int) -> dict[str, Any]:
+        """The TrainConfig fields of this scale's run of ``seed``, the quick checks aside."""
+        return {"seq_len": self.seq_len, "batch_size": self.batch_size, "steps": self.steps, "lr": self.lr,
+                "seed": seed}
+
 
 SCALES = {
     "paper": Scale(preset="mini", steps=25_000, lr=1e-4, batch_size=64),
@@ -73,17 +79,10 @@ SCALES = {
 
 def configs(model: str, seed: int, scale: Scale):
     """The ``(ModelConfig, TrainConfig)`` of one run of a sweep."""
-    from interp.recipes import get_recipe, model_overrides
-    from interp.train import TrainConfig
-    from models import ModelConfig
+    from interp.recipes import run_configs
 
-    recipe = get_recipe(scale.recipe)
-    model_cfg = ModelConfig.from_preset(model, scale.preset, n_ctx=scale.seq_len,
-                                        **model_overrides(recipe, model))
-    train_cfg = TrainConfig(**{**recipe.training, "steps": scale.steps, "lr": scale.lr, "batch_size": scale.batch_size,
-                               "seq_len": scale.seq_len, "seed": seed, "eval_every": scale.eval_every,
-                               "eval_n": QUICK_EVAL_N, "checkpoint_every": 100})
-    return model_cfg, train_cfg
+    return run_configs(model, scale.preset, scale.recipe, training={
+        **scale.training(seed), "eval_every": scale.eval_every, "eval_n": QUICK_EVAL_N, "checkpoint_every": 100})
 
 
 # Sequences per split of the quick checks during training; the learning step is the first

@@ -2,55 +2,76 @@
 
 import dataclasses
 import json
+import shlex
+import subprocess
+import sys
 
 import pytest
 
 import models
 from interp import pretrained
-from interp.cli import main
+from interp.cli import build_parser, main, train_configs
+from interp.specimens import SPECIMENS, specimen
 from interp.train import TrainConfig
 from models import ModelConfig
-from models.pretrained import PRETRAINED_DIR, RECIPES, TABLE1_SPECIMENS
+from models.pretrained import ENTRIES, PRETRAINED_DIR, TABLE1_SPECIMENS
 
 MAX_BYTES = 2 * 1024 * 1024
 MAX_GPU_BYTES = 12 * 1024 * 1024  # a `mini` model: 2.6M float32 parameters (TDA 3.2M: 12.0 MiB, over)
-CPU_RECIPES = [name for name, recipe in RECIPES.items() if not recipe.gpu]
+CPU_ENTRIES = [name for name, entry in ENTRIES.items() if not entry.gpu]
 
 
-@pytest.mark.parametrize("name", list(RECIPES))
-def test_every_recipe_is_shipped_small_and_loadable(name):
+def test_every_entry_has_a_specimen():
+    assert list(SPECIMENS) == list(ENTRIES)
+
+
+@pytest.mark.parametrize("name", list(ENTRIES))
+def test_every_entry_is_shipped_small_and_loadable(name):
     entry = PRETRAINED_DIR / name
-    if RECIPES[name].gpu and not entry.is_dir():
+    if ENTRIES[name].gpu and not entry.is_dir():
         pytest.skip(f"{name} needs a GPU to build: make gpu-specimen NAME={name}")
     assert entry.is_dir(), f"{name} is not built: glitchlens pretrained build {name}"
-    assert sum(f.stat().st_size for f in entry.iterdir()) < (MAX_GPU_BYTES if RECIPES[name].gpu else MAX_BYTES)
+    assert sum(f.stat().st_size for f in entry.iterdir()) < (MAX_GPU_BYTES if ENTRIES[name].gpu else MAX_BYTES)
     files = models.checkpoint.tensor_files(models.read_config(entry))
     assert sorted(f.name for f in entry.iterdir()) == sorted(["config.json", files["model"]])
     model = models.load_pretrained(name)
     assert not model.training
     meta = models.pretrained.info(name)
-    assert meta["command"] == "glitchlens train " + " ".join(RECIPES[name].train_args) + " --out DIR"
+    assert meta["command"] == SPECIMENS[name].command()
     assert meta["seed"] == models.read_config(entry)["training"]["config"]["seed"]
     assert meta["accuracy"]
 
 
+@pytest.mark.parametrize("name", list(SPECIMENS))
+def test_the_command_shown_trains_exactly_the_specimen(name):
+    """The ``glitchlens train`` command an entry records and ``glitchlens pretrained`` shows,
+    parsed as the command line parses it, gives the specimen's configs, logging options included."""
+    argv = shlex.split(SPECIMENS[name].command())
+    assert argv[0] == "glitchlens"
+    assert train_configs(build_parser().parse_args(argv[1:])) == SPECIMENS[name].configs()
+
+
 @pytest.mark.parametrize("model", list(TABLE1_SPECIMENS))
-def test_table1_specimens_are_seed_0_of_the_cpu_sweep(model, tmp_path):
+def test_table1_specimens_are_seed_0_of_the_cpu_sweep(model):
     """So that ``pretrained build NAME --from-run runs/table1-cpu/runs/MODEL-seed0`` adopts the sweep's run."""
-    from interp.cli import build_parser, train_configs
     from interp.reproduce import SCALES, configs
 
-    args = pretrained.recipe_args(f"{model}-mech")
-    model_cfg, train_cfg = train_configs(build_parser().parse_args(["train", *args, "--out", str(tmp_path)]))
+    model_cfg, train_cfg = SPECIMENS[f"{model}-mech"].configs()
     swept_model, swept_training = configs(model, 0, SCALES["cpu"])
     assert (model_cfg, train_cfg.semantic_dict()) == (swept_model, swept_training.semantic_dict())
+
+
+def test_building_an_entry_imports_no_command_line():
+    script = "import sys, interp.pretrained\nassert 'interp.cli' not in sys.modules, sorted(sys.modules)"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
 
 
 # Flip-flop specimens, checked on the held-out sequences of the sweeps (reproduce.HELD_OUT_N of them):
 # FFL(0.8) at T = 512 from a seed that no training run, canonical split or figure uses
 # (interp.tasks.held_out). Fewer would be a noisy check: trela-mech reads 99.1% of the 1000, 98.7% of
 # the first 300.
-FLIPFLOP_SPECIMENS = [name for name in CPU_RECIPES if "--task" not in RECIPES[name].train_args]
+FLIPFLOP_SPECIMENS = [name for name in CPU_ENTRIES if SPECIMENS[name].configs()[1].task == "flipflop"]
 
 
 @pytest.mark.parametrize("name", FLIPFLOP_SPECIMENS)
@@ -64,7 +85,7 @@ def test_every_flipflop_specimen_has_learned_the_task(name):
     assert result.sequence_accuracy >= 0.99, f"{name}: {result.sequence_accuracy:.1%} of held-out sequences"
 
 
-def test_retraining_a_recipe_for_a_few_steps_gives_the_shipped_configuration(tmp_path):
+def test_retraining_an_entry_for_a_few_steps_gives_the_shipped_configuration(tmp_path):
     name = "fot-mech"
     built = pretrained.build(name, steps=3, root=tmp_path, eval_sequences=4)
     fresh, shipped = models.read_config(built), models.read_config(PRETRAINED_DIR / name)
@@ -89,21 +110,21 @@ def test_unknown_or_unbuilt_names_say_what_to_do(tmp_path, monkeypatch):
 def test_cli_lists_every_entry_with_its_accuracy(capsys):
     assert main(["pretrained", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
-    assert set(rows) == set(RECIPES)
-    assert all(rows[name]["built"] and rows[name]["accuracy"] for name in CPU_RECIPES)
+    assert set(rows) == set(ENTRIES)
+    assert all(rows[name]["built"] and rows[name]["accuracy"] for name in CPU_ENTRIES)
     assert main(["pretrained"]) == 0
     assert "tra-mech" in capsys.readouterr().out
 
 
-def test_adopting_a_run_checks_that_it_is_the_recipe(tmp_path):
-    args = pretrained.recipe_args("rope-mech", steps=2)
-    assert main(["train", *args, "--out", str(tmp_path / "run")]) == 0
+def test_adopting_a_run_checks_that_it_is_the_specimen(tmp_path):
+    short = specimen("rope-mech", steps=2)
+    assert main(["train", *short.train_args(), "--checkpoint-every", "1", "--out", str(tmp_path / "run")]) == 0
     built = pretrained.build("rope-mech", steps=2, root=tmp_path / "entries", eval_sequences=2,
                              from_run=tmp_path / "run")
     assert models.read_config(built)["model"] == models.read_config(tmp_path / "run")["model"]
-    other_seed = [*args[:args.index("--seed") + 1], "1", *args[args.index("--seed") + 2:]]
-    assert main(["train", *other_seed, "--out", str(tmp_path / "other")]) == 0
-    with pytest.raises(ValueError, match="differs"):
+    other_seed = dataclasses.replace(short, training={**short.training, "seed": 1})
+    assert main(["train", *other_seed.train_args(), "--out", str(tmp_path / "other")]) == 0
+    with pytest.raises(ValueError, match=r"differs from the entry's \(seed\)"):
         pretrained.build("rope-mech", steps=2, root=tmp_path / "entries", from_run=tmp_path / "other")
     with pytest.raises(ValueError, match="not a finished training run of 1000 steps"):
         pretrained.build("rope-mech", root=tmp_path / "entries", from_run=tmp_path / "run")

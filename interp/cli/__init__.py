@@ -1,0 +1,52 @@
+"""``glitchlens``: the command line. Each subcommand is a thin layer over a library call.
+
+Errors are handled in one place, :func:`main`: a failure the user can fix (a ``ValueError``
+such as ``CheckpointError`` or ``FlipFlopFormatError``, an ``OSError`` on a path, a
+``RuntimeError`` such as a diverged run) prints one line, ``glitchlens COMMAND: error: ...``,
+and exits with status 2, as argparse does for bad arguments. Anything else is a bug and keeps
+its traceback.
+
+The parser (``interp.cli.parser``) and the ``cmd_*`` behind each subcommand
+(``interp.cli.commands``) import neither torch nor anything that does, so that ``--help``
+answers at once; each ``cmd_*`` imports what it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from interp.cli.commands import train_configs
+from interp.cli.parser import build_parser
+
+__all__ = ["build_parser", "main", "train_configs"]
+
+
+def _message(err: BaseException) -> str:
+    """One line naming the problem: an OSError as ``path: reason``, anything else as its text."""
+    if isinstance(err, OSError) and err.strerror:
+        text = f"{err.filename}: {err.strerror}" if err.filename else err.strerror
+    else:
+        text = str(err) or type(err).__name__
+    return " ".join(text.split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    from interp.train import reuse_freed_memory
+
+    reuse_freed_memory()
+
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        # The reader of our output left (`glitchlens pretrained --json | head`): stop quietly,
+        # and point stdout at /dev/null so that the interpreter's final flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (ValueError, OSError, RuntimeError) as err:  # RuntimeError: TrainingDiverged, torch's own
+        print(f"glitchlens {args.command}: error: {_message(err)}", file=sys.stderr)
+        return 2
+

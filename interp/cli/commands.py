@@ -1,0 +1,324 @@
+"""The ``cmd_*`` functions behind each ``glitchlens`` subcommand, each a thin layer over a
+library call. Each imports what it runs, so that importing this module (as the parser does)
+imports no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+
+def _model_overrides(args) -> dict:
+    overrides = {k: getattr(args, k) for k in ("n_layers", "n_heads", "d_model", "d_mlp", "dropout", "n_ctx",
+                                               "attention_impl", "norm_placement", "init", "linear_bias",
+                                               "embedding_dropout", "attention_dropout", "mlp_hidden_dropout")
+                 if getattr(args, k) is not None}
+    options = {}
+    for item in args.attn_opt or []:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"--attn-opt expects key=value, got {item!r}")
+        try:
+            options[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key] = raw
+    if options:
+        overrides["attention_options"] = options
+    return overrides
+
+
+def cmd_data(args) -> int:
+    from interp.tasks import SPLITS, TRAIN_P_I, load_split, sample_ffl, write_sequences
+
+    if args.split == "train":
+        tokens = sample_ffl(args.n or 1000, args.seq_len, TRAIN_P_I, args.seed)
+    elif args.seed is None:
+        tokens = load_split(args.split, args.n, args.seq_len)
+    else:
+        split = SPLITS[args.split]
+        tokens = sample_ffl(args.n or split.size, args.seq_len, split.p_i, args.seed)
+    path = write_sequences(tokens, args.out)
+    print(f"wrote {len(tokens)} sequences of {tokens.shape[1]} tokens to {path}")
+    return 0
+
+
+def train_configs(args):
+    """The ``(ModelConfig, TrainConfig)`` that ``glitchlens train`` arguments describe."""
+    from interp.recipes import run_configs
+
+    recipe_fields = {k: getattr(args, k) for k in ("weight_decay", "decay_all_parameters", "warmup", "grad_clip")
+                     if getattr(args, k) is not None}
+    if recipe_fields.get("grad_clip") == "none":
+        recipe_fields["grad_clip"] = None
+    training = {**recipe_fields,
+                "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "seq_len": args.seq_len,
+                "loss": args.loss, "task": args.task, "mixture": args.mixture, "p_bottom": args.p_bottom,
+                "regulariser": args.regulariser, "reg_coef": args.reg_coef, "reg_start": args.reg_start,
+                "seed": args.seed, "data_file": args.data, "eval_every": args.eval_every, "eval_n": args.eval_n,
+                "checkpoint_every": args.checkpoint_every}
+    return run_configs(args.model, args.preset, args.recipe, _model_overrides(args), training)
+
+
+def cmd_train(args) -> int:
+    from interp.train import TrainingInterrupted, format_quick_eval, train
+    from models.checkpoint import CONFIG_FILE
+
+    model_cfg, train_cfg = train_configs(args)
+    if args.resume and not (Path(args.out) / CONFIG_FILE).exists():
+        print(f"glitchlens train: no checkpoint in {args.out} to resume; starting at step 0", file=sys.stderr)
+    try:
+        train(model_cfg, train_cfg, args.out, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet,
+              metadata={"command": " ".join(["glitchlens", *args.argv])})
+    except TrainingInterrupted as stop:
+        print(stop, file=sys.stderr)
+        return 130
+    from models import read_config
+
+    evaluation = read_config(args.out)["metadata"].get("evaluation")
+    print(f"saved {args.out}")
+    if evaluation:
+        print(f"first {args.eval_n} sequences per split: " + format_quick_eval(evaluation))
+    return 0
+
+
+def checkpoint_dir(text: str) -> Path:
+    """The checkpoint a CHECKPOINT argument names: a path that exists as given, even one named
+    like a pretrained model (the user's own directory is the one meant), else the pretrained
+    entry of that name."""
+    from models import pretrained
+
+    if Path(text).exists():
+        return Path(text)
+    if text not in pretrained.ENTRIES:
+        raise ValueError(f"{text}: no such checkpoint directory, nor a pretrained model of that name "
+                         f"(pretrained: {', '.join(pretrained.ENTRIES)})")
+    pretrained.info(text)  # refuses an entry not built yet, saying how to build it
+    return pretrained.path(text)
+
+
+def cmd_eval(args) -> int:
+    from interp.evaluate import checkpoint_task, evaluate_automaton, evaluate_splits, evaluate_tokens
+    from models import load, read_config
+
+    checkpoint = checkpoint_dir(args.checkpoint)
+    task = checkpoint_task(read_config(checkpoint))
+    if task == "automaton" and (args.data or args.splits):
+        raise ValueError(f"{args.checkpoint} was trained on the automaton task; it is evaluated on fresh automaton "
+                         "sequences, so --data and --splits (flip-flop sequences) do not apply")
+    if args.data and args.splits:
+        raise ValueError("--data evaluates one file and --splits the canonical splits: give one of them")
+    model = load(checkpoint, device=args.device)
+    progress = not args.quiet
+    if task == "automaton":
+        result = evaluate_automaton(model, args.n or 1000, batch_size=args.batch_size, progress=progress)
+        if args.json:
+            print(json.dumps({"automaton": result}, indent=2))
+            return 0
+        rows = [("automaton", str(result["sequences"]), f"{100 * result['position_accuracy']:.2f}%",
+                 f"{100 * result['sequence_accuracy']:.2f}%")]
+        _print_table(f"{args.checkpoint} ({model.cfg.model}, automaton task)",
+                     ("task", "sequences", "state accuracy", "seq accuracy"), rows)
+        return 0
+    if args.data:
+        from interp.tasks import read_sequences
+
+        tokens = read_sequences(args.data)[:args.n]
+        results = {args.data: evaluate_tokens(model, tokens, args.data, args.batch_size, progress)}
+    else:
+        splits = [s.strip() for s in (args.splits or "iid,sparse,dense").split(",") if s.strip()]
+        results = evaluate_splits(model, splits, n=args.n, batch_size=args.batch_size, progress=progress)
+    if args.json:
+        print(json.dumps({name: r.to_dict() for name, r in results.items()}, indent=2))
+        return 0
+    rows = [(r.split, str(r.sequences), str(r.reads), str(r.read_errors), f"{r.error_rate:.2e}",
+             f"{r.error_rate_upper95:.2e}", f"{100 * r.sequence_accuracy:.2f}%") for r in results.values()]
+    _print_table(f"{args.checkpoint} ({model.cfg.model})",
+                 ("split", "sequences", "reads", "read errors", "error rate", "95% upper", "seq accuracy"), rows)
+    return 0
+
+
+def _print_table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    Console().print(table)
+
+
+def cmd_diagnose(args) -> int:
+    from interp.diagnose import diagnose
+
+    options = {"n": args.n, "lengths": args.lengths, "n_cache_sequences": args.cache_sequences, "device": args.device}
+    result = diagnose(checkpoint_dir(args.checkpoint), args.out, **{k: v for k, v in options.items() if v is not None})
+    if args.json:
+        print(json.dumps(result.metrics, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{args.checkpoint} ({result.metrics['model']}): diagnosis")
+    for col in ("quantity", "value", "detail"):
+        table.add_column(col, justify="right" if col == "value" else "left")
+    for row in result.summary_rows():
+        table.add_row(*row, style="dim" if row[1] == "skipped" else None)
+    console = Console()
+    console.print(table)
+    console.print(f"wrote {result.files['report']} ({result.metrics['timings_s']['total']:.1f} s); "
+                  f"also {', '.join(sorted(p.name for k, p in result.files.items() if k != 'report'))}")
+    return 0
+
+
+def cmd_explain(args) -> int:
+    from interp.explain import explain
+
+    result = explain(checkpoint_dir(args.checkpoint), args.out, split=args.split, n=args.n, pairs=args.pairs,
+                     device=args.device)
+    print("\n".join(result.lines()))
+    print(f"wrote {result.files['report']}; also {', '.join(sorted(p.name for k, p in result.files.items() if k != 'report'))}")
+    return 0
+
+
+def cmd_hunt(args) -> int:
+    from interp.evaluate import checkpoint_task
+    from interp.hunt import hunt, overview_rows, shortest_rows, write_hunt
+    from models import load, read_config
+
+    checkpoint = checkpoint_dir(args.checkpoint)
+    if checkpoint_task(read_config(checkpoint)) == "automaton":
+        raise ValueError(f"{args.checkpoint} was trained on the automaton task; hunt searches flip-flop sequences")
+    model = load(checkpoint, device=args.device)
+    result = hunt(model, budget=args.budget, seq_len=args.seq_len, max_len=args.max_len, p_i=args.p_i,
+                  population=args.population, seed=args.seed, progress=not args.quiet)
+    files = write_hunt(result, args.out) if args.out else {}
+    if args.json:
+        print(json.dumps(result.summary(), indent=2))
+        return 0
+    _print_table(f"{args.checkpoint} ({model.cfg.model}): glitch hunt, at most {args.budget} sequences per method",
+                 ("method", "from", "scored", "failing seqs", "read errors", "seq errors", "types"),
+                 overview_rows(result))
+    shortest = shortest_rows(result)
+    _print_table("shortest failing sequence per error type",
+                 ("type", "method", "length", "read at", "gap", "stale write at"), [row[:-1] for row in shortest])
+    for error_type, method, *_, text in shortest:
+        print(f"{error_type}, {method}: {text}")
+    if files:
+        print(f"wrote {files['json']} and {len(files) - 1} files of failing sequences; re-check one with "
+              f"glitchlens eval {args.checkpoint} --data FILE")
+    return 0
+
+
+def cmd_reproduce(args) -> int:
+    from interp.reproduce import TABLE1_MODELS, reproduce_recipes, reproduce_table1
+
+    models = tuple(args.models.split(",")) if args.models else TABLE1_MODELS
+    if args.what == "recipes":
+        reproduce_recipes(args.out, tuple(args.recipes.split(",")), models, args.seeds, args.jobs, args.scale,
+                          ray_address=args.ray)
+        report = "recipes.md"
+    else:
+        reproduce_table1(args.out, args.scale, args.seeds, args.jobs, models, train=not args.report_only,
+                         ray_address=args.ray)
+        report = "table1.md"
+    print(f"wrote {args.out}/{report}")
+    print((Path(args.out) / report).read_text())
+    return 0
+
+
+def cmd_pretrained(args) -> int:
+    from interp import pretrained
+    from interp.specimens import specimen
+    from interp.train import TrainingInterrupted
+    from models.pretrained import ENTRIES, build_command
+
+    if args.action == "build":
+        names = args.names or [name for name, entry in ENTRIES.items() if not entry.gpu]
+        if args.from_run and len(names) != 1:
+            raise ValueError("--from-run adopts one run: name exactly one entry")
+        for name in names:
+            print(f"building {name}: {specimen(name, args.steps).command()}")
+            try:
+                print(f"wrote {pretrained.build(name, steps=args.steps, root=args.root, from_run=args.from_run)}")
+            except TrainingInterrupted:  # its run was in a temporary directory, now gone
+                print(f"glitchlens pretrained: interrupted; {name} not written", file=sys.stderr)
+                return 130
+        return 0
+    if args.table1:
+        if args.names:
+            raise ValueError("--table1 compares every built GPU specimen with the paper: give no names")
+        print(pretrained.specimens_table1(args.root))
+        return 0
+    rows = pretrained.listing(args.root, args.names)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if args.names:
+        for row in rows:
+            console.print(_entry_table(row))
+        return 0
+    table = Table(title="pretrained models (models.load_pretrained(name)); accuracy: read / full-sequence")
+    for col in ("name", "model", "size", "accuracy", "command"):
+        table.add_column(col)
+    for row in rows:
+        if row["built"]:
+            table.add_row(row["name"], row["model"], f"{row['size_kb']:.0f} KB", _accuracy_lines(row["accuracy"]),
+                          row["command"])
+        else:
+            table.add_row(row["name"], "-", "-", "not built", build_command(row["name"]))
+    console.print(table)
+    return 0
+
+
+def _accuracy_lines(accuracy: dict) -> str:
+    """A pretrained entry's accuracy, a line per split: read (or automaton state) / full-sequence."""
+    return "\n".join(f"{split}: {100 * r.get('read_accuracy', r.get('position_accuracy', 0.0)):.2f}% / "
+                     f"{100 * r['sequence_accuracy']:.1f}%" for split, r in accuracy.items())
+
+
+def _entry_table(row: dict) -> Table:
+    """One row of ``interp.pretrained.listing``, field by field (``glitchlens pretrained list NAME``)."""
+    from rich.table import Table
+
+    from models.pretrained import build_command
+
+    fields = {"description": row["description"], "path": row["path"]}
+    if row["built"]:
+        fields.update({"model": row["model"], "size": f"{row['size_kb']:.0f} KB", "seed": str(row["seed"]),
+                       "accuracy": _accuracy_lines(row["accuracy"]) + "\n(read / full-sequence)",
+                       "command": row["command"]})
+    else:
+        fields["built"] = f"not yet: {build_command(row['name'])}"
+    table = Table(title=row["name"], show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for field, value in fields.items():
+        table.add_row(field, value)
+    return table
+
+
+def cmd_figures(args) -> int:
+    from interp.figures import make_figures
+
+    written = make_figures(args.out, args.only, table1_csv=args.table1)
+    print(f"wrote {len(written)} figures (PNG, HTML, CSV each) to {args.out}; captions in "
+          f"{Path(args.out) / 'captions.json'}, all of them in {Path(args.out) / 'index.md'}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from interp import bench
+
+    return bench.run(args.what, args)
