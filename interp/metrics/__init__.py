@@ -8,8 +8,8 @@ the last write's bit wherever the model moved it, or on the write itself (flip-f
 
 from interp.metrics.attention import (
     EPS, Maps, by_layer, cache_maps, causal, cross_view_correlation, dispersion, effective_entropy,
-    entropy_summary, gaussian_tail, inhibition, magnitudes, max_abs_weight, sink_eps, sink_ratio, sparsity,
-    summarise, survivor_counts, survivor_growth, survivor_scaling, tail_probabilities, zero_rows,
+    entropy_summary, gaussian_tail, inhibition, l1_normalised, magnitudes, max_abs_weight, sink_eps, sink_ratio,
+    sparsity, summarise, survivor_counts, survivor_growth, survivor_scaling, tail_probabilities, zero_rows,
 )
 from interp.metrics.probes import (
     MIN_CARRIER_SHARE, automaton_write_attention, automaton_write_positions, bit_carrier_attention, bit_carrier_summary,
