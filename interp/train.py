@@ -5,19 +5,17 @@ evaluation, checkpoints, exact resume, and Ctrl-C that saves before exiting.
 Determinism: the batch of step ``s`` is a pure function of ``(seed, s)`` and the torch
 RNG (dropout, Label positions) is re-seeded from ``(seed, s)`` at every step, so a run
 resumed from any checkpoint reproduces the uninterrupted run bit for bit.
+
+What the loop is built from (the config, batches, optimiser, regulariser, output checks,
+Ctrl-C) is in :mod:`interp.train_setup`, and imports from here too.
 """
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import json
 import math
-import os
-import signal
-import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,78 +26,13 @@ from tqdm.auto import tqdm
 
 import models
 from interp.evaluate import evaluate_splits
-from interp.tasks import CANONICAL_SEQ_LEN, read_mask, sample_automaton, train_batch
+from interp.tasks import CANONICAL_SEQ_LEN
+from interp.train_setup import (
+    BatchSource, GracefulInterrupt, TrainConfig, TrainingDiverged, TrainingInterrupted,
+    load_optimizer_state, make_optimizer, optimizer_state_tensors, prepare_output, reuse_freed_memory, saved_configs,
+    sharpening_penalty,
+)
 from models import ModelConfig
-from models.config import check_int, check_known_fields, is_finite_number
-
-REGULARISERS = ("none", "entropy", "l2", "linf")
-
-
-@dataclass
-class TrainConfig:
-    steps: int = 1000
-    batch_size: int = 16
-    lr: float = 1e-3
-    weight_decay: float = 0.1
-    decay_all_parameters: bool = False  # decay every parameter, biases and gains too (the TRA authors' code)
-    warmup: int = 50
-    min_lr_ratio: float = 0.0
-    grad_clip: float | None = 1.0  # max global gradient norm; None: no clipping (the TRA authors' code)
-    seq_len: int = 512
-    loss: str = "clean"            # "clean": only the bit after each r; "generative": every next token
-    task: str = "flipflop"         # "flipflop" | "automaton"
-    mixture: bool = False          # long-tailed mixture: uniform over FFL(0.8), FFL(0.98), FFL(0.1)
-    p_bottom: float = 0.5          # automaton task: probability of the no-op input
-    regulariser: str = "none"      # attention sharpening: "entropy" | "l2" (neg. L2) | "linf" (neg. L-inf)
-    reg_coef: float = 0.0
-    reg_start: int = 0
-    seed: int = 0
-    data_file: str | None = None   # train on a local JSONL/Parquet file instead of fresh samples
-    eval_every: int = 0            # 0: evaluate once at the end
-    eval_n: int = 200
-    checkpoint_every: int = 0      # 0: checkpoint only at the end (and on Ctrl-C)
-
-    def __post_init__(self):
-        if self.loss not in ("clean", "generative"):
-            raise ValueError(f"loss must be 'clean' or 'generative', got {self.loss!r}")
-        if self.task not in ("flipflop", "automaton"):
-            raise ValueError(f"task must be 'flipflop' or 'automaton', got {self.task!r}")
-        if self.regulariser not in REGULARISERS:
-            raise ValueError(f"regulariser must be one of {REGULARISERS}, got {self.regulariser!r}")
-        for name in ("steps", "batch_size", "seq_len", "eval_n"):
-            check_int(name, getattr(self, name))
-        for name in ("warmup", "reg_start", "seed", "eval_every", "checkpoint_every"):
-            check_int(name, getattr(self, name), minimum=0)
-        if not is_finite_number(self.lr) or self.lr <= 0:
-            raise ValueError(f"lr must be a positive number, got {self.lr!r}")
-        if not isinstance(self.decay_all_parameters, bool):
-            raise ValueError(f"decay_all_parameters must be true or false, got {self.decay_all_parameters!r}")
-        if self.grad_clip is not None and (not is_finite_number(self.grad_clip) or self.grad_clip <= 0):
-            raise ValueError(f"grad_clip must be a positive number (None: no clipping), got {self.grad_clip!r}")
-        for name in ("weight_decay", "reg_coef"):
-            if not is_finite_number(getattr(self, name)) or getattr(self, name) < 0:
-                raise ValueError(f"{name} must be a number >= 0, got {getattr(self, name)!r}")
-        for name in ("min_lr_ratio", "p_bottom"):
-            if not is_finite_number(getattr(self, name)) or not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)!r}")
-        if self.task == "flipflop" and (self.seq_len < 4 or self.seq_len % 2):
-            raise ValueError(f"seq_len {self.seq_len}: flip-flop sequences are an even number >= 4 of tokens")
-        if self.task == "automaton" and (self.data_file is not None or self.mixture):
-            raise ValueError("the automaton task samples its own inputs: it takes neither a data file nor mixture")
-        if self.mixture and self.data_file is not None:
-            raise ValueError("mixture samples fresh sequences and a data file replaces sampling: choose one")
-
-    # Fields that change how the run is logged, not what it computes: a resume may differ in these.
-    LOGGING_FIELDS = ("eval_every", "eval_n", "checkpoint_every")
-
-    def semantic_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in self.LOGGING_FIELDS}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
-        """The config a checkpoint recorded; fields added since it was written take their defaults."""
-        check_known_fields(cls, data, "training config")
-        return cls(**data)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -112,175 +45,6 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 def step_seed(seed: int, step: int) -> int:
     return int(np.random.SeedSequence([seed, step, 1]).generate_state(1)[0])
-
-
-class BatchSource:
-    """Inputs, targets and the scored-position mask of each step, as ``[batch, pos]`` tensors."""
-
-    def __init__(self, cfg: TrainConfig):
-        self.cfg = cfg
-        self.file_tokens = None
-        if cfg.data_file is not None:
-            from interp.tasks import read_sequences
-
-            self.file_tokens = read_sequences(cfg.data_file)
-            length = self.file_tokens.shape[1]
-            if length != cfg.seq_len:
-                raise ValueError(f"{cfg.data_file}: its sequences have {length} tokens, but seq_len is "
-                                 f"{cfg.seq_len} (the model's n_ctx follows it): pass --seq-len {length}")
-
-    def __call__(self, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        cfg = self.cfg
-        if cfg.task == "automaton":
-            inputs, states = sample_automaton(cfg.batch_size, cfg.seq_len, cfg.p_bottom, rng=[cfg.seed, step])
-            x, y = torch.from_numpy(inputs.astype(np.int64)), torch.from_numpy(states.astype(np.int64))
-            return x, y, torch.ones_like(x, dtype=torch.bool)
-        if self.file_tokens is not None:
-            rows = (step * cfg.batch_size + np.arange(cfg.batch_size)) % len(self.file_tokens)
-            tokens = self.file_tokens[rows]
-        else:
-            tokens = train_batch(cfg.batch_size, step, cfg.seed, cfg.seq_len, cfg.mixture)
-        tokens = torch.from_numpy(tokens.astype(np.int64))
-        x, y = tokens[:, :-1], tokens[:, 1:]
-        if cfg.loss == "generative":
-            return x, y, torch.ones_like(x, dtype=torch.bool)
-        return x, y, torch.from_numpy(read_mask(tokens[:, :-1].numpy()))
-
-
-def sharpening_penalty(patterns: list[torch.Tensor], kind: str) -> torch.Tensor:
-    """Mean over layers, heads and queries of a sparsity-promoting term of the attention
-    weights (flip-flop paper Sec. 5.2): entropy H(a), or -||a||_2, or -||a||_inf. Signed
-    (differential) weights enter through |a| / ||a||_1; empty rows contribute 0."""
-    terms = []
-    for pattern in patterns:
-        mass = pattern.float().abs()
-        p = mass / mass.sum(-1, keepdim=True).clamp_min(1e-12)
-        if kind == "entropy":
-            terms.append(-(p * p.clamp_min(1e-12).log()).sum(-1).mean())
-        elif kind == "l2":
-            terms.append(-p.norm(dim=-1).mean())
-        else:
-            terms.append(-p.amax(-1).mean())
-    return torch.stack(terms).mean()
-
-
-def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
-    return {f"{idx}.{key}": value for idx, state in optimizer.state_dict()["state"].items()
-            for key, value in state.items()}
-
-
-def load_optimizer_state(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor]) -> None:
-    state: dict[int, dict[str, torch.Tensor]] = {}
-    for name, value in tensors.items():
-        idx, key = name.split(".", 1)
-        state.setdefault(int(idx), {})[key] = value
-    optimizer.load_state_dict({"state": state, "param_groups": optimizer.state_dict()["param_groups"]})
-
-
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (norm gains, biases and scalars are not decayed),
-    or on every parameter with ``decay_all_parameters`` (as ``AdamW(model.parameters())`` in the
-    TRA authors' notebook; the second group is then empty)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if cfg.decay_all_parameters or p.ndim >= 2]
-    no_decay = [p for p in params if not cfg.decay_all_parameters and p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.999))
-
-
-class _GracefulInterrupt:
-    """Turns the first Ctrl-C into a flag checked between steps (so the checkpoint is
-    never taken mid-update); a second Ctrl-C interrupts at once."""
-
-    def __init__(self):
-        self.requested = False
-
-    def __enter__(self):
-        try:
-            self.previous = signal.signal(signal.SIGINT, self._handle)
-        except ValueError:  # not the main thread: leave signals alone
-            self.previous = None
-        return self
-
-    def _handle(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __exit__(self, *exc):
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
-
-
-class TrainingInterrupted(Exception):
-    def __init__(self, step: int, path: Path, during: str = "after step"):
-        self.step, self.path = step, path
-        super().__init__(f"interrupted {during} {step}; checkpoint saved to {path} (resume with --resume)")
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss, the gradients or the parameters stopped being finite. Nothing of the
-    diverged run past ``kept_step`` is saved."""
-
-    def __init__(self, step: int, what: str, out: Path, kept_step: int | None):
-        self.step, self.kept_step = step, kept_step
-        kept = (f"{out} keeps the last finite checkpoint, of step {kept_step}" if kept_step is not None else
-                f"no checkpoint of this run was saved, and {out} is as it was (--checkpoint-every N keeps "
-                "intermediate ones)")
-        super().__init__(f"training diverged at step {step}: {what} is NaN or infinite; {kept}. "
-                         "Lower --lr or raise --warmup")
-
-
-def reuse_freed_memory() -> bool:
-    """Have glibc keep freed blocks of up to 128 MiB for reuse; returns whether it took.
-
-    By default glibc hands every freed block above 32 MiB straight back to the kernel, and
-    the float32 ``[batch, head, query, key]`` tensors of a ``mini`` model at T = 512, batch 8
-    are exactly 32 MiB plus a header: each new one is page-faulted in afresh, which cost the
-    attention mechanisms that build them about a third of their CPU step. Off glibc this
-    does nothing. The price is a resident size that stays at its peak.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    return bool(libc.mallopt(m_mmap_threshold, 128 << 20)) and bool(libc.mallopt(m_trim_threshold, 1 << 30))
-
-
-def saved_configs(saved: dict[str, Any]) -> tuple[ModelConfig, dict[str, Any]]:
-    """The model config and the non-logging training options of a training checkpoint's
-    config, with fields added since it was written at their defaults."""
-    return ModelConfig.from_dict(saved["model"]), TrainConfig.from_dict(saved["training"]["config"]).semantic_dict()
-
-
-def prepare_output(out: Path, resume: bool, overwrite: bool) -> dict[str, Any] | None:
-    """Check, before any training, that ``out`` can take the run; returns the checkpoint
-    config to resume from (None: a fresh run). A directory that already holds a checkpoint
-    is only continued (``resume``) or replaced (``overwrite``), never silently both."""
-    if out.is_symlink() and not out.exists():
-        raise ValueError(f"--out {out} is a symbolic link to nothing ({os.readlink(out)}); remove it or give "
-                         "another directory")
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; give a directory for the checkpoint")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as err:
-        raise ValueError(f"--out {out} is not writable ({err.strerror}); choose another directory") from None
-    if not (out / models.checkpoint.CONFIG_FILE).exists():
-        return None
-    saved = models.read_config(out)
-    if resume:
-        if saved["training"] is None:
-            raise ValueError(f"{out} holds a checkpoint without training state; it cannot be resumed")
-        return saved
-    if not overwrite:
-        step = f", step {saved['training']['step']}" if saved["training"] else ""
-        raise ValueError(f"{out} already holds a checkpoint ({saved['model']['model']}{step}): pass --resume "
-                         "to continue it or --overwrite to replace it")
-    return None
 
 
 def train(
@@ -358,7 +122,7 @@ def train(
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not progress,
                desc=f"train {model_cfg.model}", dynamic_ncols=True)
     t0 = time.time()
-    with _GracefulInterrupt() as interrupt, model.hooks(fwd_hooks=reg_hooks):
+    with GracefulInterrupt() as interrupt, model.hooks(fwd_hooks=reg_hooks):
         for step in bar:
             torch.manual_seed(step_seed(cfg.seed, step))
             for group in optimizer.param_groups:

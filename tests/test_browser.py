@@ -17,7 +17,7 @@ import pytest
 from interp import plots
 from support import chromium, needs_chromium, plot_gallery
 
-pytestmark = [pytest.mark.browser, needs_chromium]
+pytestmark = [pytest.mark.browser, pytest.mark.integration, needs_chromium]
 
 HEADER_PX = 200             # a page's title and caption above its figure
 CHART_WIDTH = 900           # a frame for a chart without a width of its own

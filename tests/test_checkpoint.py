@@ -210,6 +210,7 @@ def _fork_saver(path, candidates):
     return pid
 
 
+@pytest.mark.integration
 def test_kill_at_a_random_point_of_a_save_always_leaves_a_loadable_checkpoint(tmp_path):
     """100 saves killed with SIGKILL at random moments: the checkpoint, its optimiser state
     and the user's file are always there under their names, and the next completed save
@@ -236,6 +237,7 @@ def test_kill_at_a_random_point_of_a_save_always_leaves_a_loadable_checkpoint(tm
     assert kills_mid_save > 0, "no kill landed inside a save; the test proves nothing"
 
 
+@pytest.mark.integration
 def test_readers_never_see_an_error_while_a_save_runs(tmp_path):
     a, b = two_models()
     path = models.save(tmp_path / "ck", a, training_state={"moment": weights(a)})

@@ -238,6 +238,7 @@ def test_the_plots_draw_both_backends(tmp_path):
             assert [t.get_text() for t in bars.axes[0].get_xticklabels()] == list(dla.component)
 
 
+@pytest.mark.integration
 def test_explain_writes_its_report_on_tra_mech(tmp_path, capsys):
     out = tmp_path / "explain"
     assert main(["explain", "tra-mech", "-n", "1", "--pairs", "1", "--out", str(out)]) == 0

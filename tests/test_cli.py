@@ -21,6 +21,7 @@ def glitchlens(*args):
     return subprocess.run([sys.executable, "-m", "interp.cli", *args], capture_output=True, text=True)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
 def test_data_writes_the_canonical_prefix(tmp_path, suffix):
     out = tmp_path / f"dense{suffix}"
@@ -30,6 +31,7 @@ def test_data_writes_the_canonical_prefix(tmp_path, suffix):
     assert read_sequences(out).shape == (3, 16)
 
 
+@pytest.mark.integration
 def test_train_eval_and_bench_tiles(tmp_path, capsys):
     ckpt = tmp_path / "ckpt"
     data = tmp_path / "train.jsonl"
@@ -52,6 +54,7 @@ def test_train_eval_and_bench_tiles(tmp_path, capsys):
     assert "zero_tiles_16" in capsys.readouterr().out
 
 
+@pytest.mark.integration
 def test_clear_errors(tmp_path):
     result = glitchlens("train", "--model", "gpt5", "--out", str(tmp_path / "x"))
     assert result.returncode == 2 and "invalid choice: 'gpt5'" in result.stderr
@@ -66,6 +69,7 @@ def test_clear_errors(tmp_path):
     assert result.returncode == 2 and "accepts" in result.stderr
 
 
+@pytest.mark.integration
 def test_bench_data_prints_ratios(capsys):
     assert main(["bench", "data", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
@@ -107,6 +111,7 @@ TRAIN = ["train", "--model", "nope", "--steps", "1", "--seq-len", "16", "--batch
          "--quiet"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("args, match", [
     (["--grad-clip", "0"], "grad_clip must be a positive number"),
     (["--grad-clip", "-1"], "grad_clip must be a positive number"),
@@ -138,6 +143,7 @@ def test_train_errors(capsys, files, args, match):
     assert not (files / "unused" / "config.json").exists()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("args, match", [
     (["eval", "{root}/ckpt", "--batch-size", "0"], "--batch-size: expected a positive integer, got 0"),
     (["eval", "{root}/ckpt", "--batch-size", "-3"], "--batch-size: expected a positive integer"),
@@ -162,17 +168,20 @@ def test_other_errors(capsys, files, args, match):
     fails(capsys, *[a.format(root=files) for a in args], match=match)
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
 def test_cuda_without_cuda_is_one_line(capsys, files):
     fails(capsys, "eval", files / "ckpt", "--device", "cuda", match="device 'cuda' is not usable here")
 
 
+@pytest.mark.integration
 def test_version(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0 and capsys.readouterr().out.startswith("glitchlens ")
 
 
+@pytest.mark.integration
 def test_n_ctx_overwrite_and_eval_data(tmp_path, files, capsys):
     run = tmp_path / "run"
     assert main([*TRAIN, "--model", "ape", "--n-ctx", "600", "--out", str(run)]) == 0
@@ -189,6 +198,7 @@ def test_n_ctx_overwrite_and_eval_data(tmp_path, files, capsys):
     assert automaton["sequences"] == 4 and automaton["position_accuracy"] > 0.9
 
 
+@pytest.mark.integration
 def test_a_closed_pipe_is_not_a_traceback():
     """`glitchlens pretrained --json | head -0`: the reader is gone before the first write."""
     proc = subprocess.Popen([sys.executable, "-m", "interp.cli", "pretrained", "--json"],
@@ -220,12 +230,14 @@ def test_fuzz_train_options_build_or_fail_in_one_line(flag, value):
         assert flag.strip("-").replace("-", "_") in str(err) or "divisible" in str(err)
 
 
+@pytest.mark.integration
 def test_resume_without_a_checkpoint_says_so(tmp_path, capsys):
     assert main([*TRAIN, "--resume", "--out", str(tmp_path / "new")]) == 0
     assert "no checkpoint in" in capsys.readouterr().err
     assert models.read_config(tmp_path / "new")["training"]["step"] == 1
 
 
+@pytest.mark.integration
 def test_bench_eval_prints_rates_against_a_same_run_matmul(capsys):
     assert main(["bench", "eval", "--models", "tra-mech", "-n", "4", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
@@ -236,6 +248,7 @@ def test_bench_eval_prints_rates_against_a_same_run_matmul(capsys):
 
 # --- A CLI that helps: pretrained names wherever a checkpoint goes, progress, help, a fast --help.
 
+@pytest.mark.integration
 def test_eval_takes_a_pretrained_name_with_a_progress_bar_on_stderr(capsys):
     assert main(["eval", "tra-mech", "--splits", "sparse", "-n", "2", "--batch-size", "1", "--json"]) == 0
     out, err = capsys.readouterr()
@@ -246,6 +259,7 @@ def test_eval_takes_a_pretrained_name_with_a_progress_bar_on_stderr(capsys):
     assert "tra-mech (tra)" in out and err == ""
 
 
+@pytest.mark.integration
 def test_names_resolve_for_diagnose_and_say_what_is_missing(capsys, tmp_path, monkeypatch):
     report = tmp_path / "report"
     fails(capsys, "diagnose", "automaton-1l", "--out", report, match="trained on the automaton task")
@@ -258,12 +272,14 @@ def test_names_resolve_for_diagnose_and_say_what_is_missing(capsys, tmp_path, mo
     assert not report.exists()
 
 
+@pytest.mark.integration
 def test_a_directory_named_like_a_pretrained_model_wins(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tra-mech").mkdir()
     fails(capsys, "eval", "tra-mech", match="tra-mech: no config.json")
 
 
+@pytest.mark.integration
 def test_pretrained_list_shows_the_named_entries(capsys):
     assert main(["pretrained", "list", "tra-mech", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
@@ -292,6 +308,7 @@ def test_every_option_says_what_it_does_and_its_default():
     assert "(default: 64)" in subparsers(parser)["eval"].format_help()
 
 
+@pytest.mark.integration
 def test_help_imports_no_torch():
     """``glitchlens --help`` and every ``glitchlens COMMAND --help`` answer without importing torch
     (which alone takes seconds)."""

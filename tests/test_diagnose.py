@@ -147,6 +147,7 @@ def test_streamed_metrics_match_a_full_cache(diagnosed):
     assert streamed.value.tolist() == pytest.approx(carriers.value.tolist())
 
 
+@pytest.mark.integration
 def test_cli_prints_a_summary_and_json(tmp_path, capsys):
     checkpoint = save_tiny(tmp_path, "rope")
     assert main(["diagnose", str(checkpoint), "--out", str(tmp_path / "out"), "-n", "1", "--lengths", "32", "64"]) == 0
@@ -161,6 +162,7 @@ def test_cli_prints_a_summary_and_json(tmp_path, capsys):
     assert printed == json.loads((tmp_path / "lstm_out" / "metrics.json").read_text())
 
 
+@pytest.mark.integration
 def test_cli_rejects_a_path_that_is_not_a_checkpoint(tmp_path, capsys):
     assert main(["diagnose", str(tmp_path / "missing"), "--out", str(tmp_path / "out")]) == 2
     assert "no such checkpoint directory" in capsys.readouterr().err
@@ -202,6 +204,7 @@ def load_in_chromium(page: Path, tmp_path: Path) -> tuple[str, list[str], list[i
     return run.stdout, (attribute("data-errors") or []) + uncaught, attribute("data-images")
 
 
+@pytest.mark.integration
 @pytest.mark.browser
 @needs_chromium
 def test_the_browser_probe_catches_errors(tmp_path):
@@ -214,6 +217,7 @@ def test_the_browser_probe_catches_errors(tmp_path):
     assert images == [1]
 
 
+@pytest.mark.integration
 @pytest.mark.browser
 @needs_chromium
 def test_report_renders_in_headless_chromium(diagnosed, tmp_path):

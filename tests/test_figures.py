@@ -224,6 +224,7 @@ def test_make_figures_merges_captions_and_skips_table1(tmp_path, capsys):
         make_figures(tmp_path, ["fig99"], load=tiny)
 
 
+@pytest.mark.integration
 def test_cli_figures(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(models, "load_pretrained", tiny)
     csv = fake_table1(tmp_path / "table1.csv")

@@ -180,6 +180,7 @@ def test_bad_settings_are_named():
         hunt(ape, seq_len=128)
 
 
+@pytest.mark.integration
 def test_cli_hunts_a_pretrained_model_and_eval_rechecks_its_files(tmp_path, capsys):
     out = tmp_path / "hunt"
     args = ["hunt", "rope-mech", "--budget", "16", "--seq-len", "64", "--population", "8", "--quiet"]
@@ -196,6 +197,7 @@ def test_cli_hunts_a_pretrained_model_and_eval_rechecks_its_files(tmp_path, caps
     assert rechecked["sequences"] == len(read_sequences(out / name)) and rechecked["sequence_accuracy"] == 0
 
 
+@pytest.mark.integration
 def test_cli_errors(capsys):
     assert main(["hunt", "no-such-model", "--quiet"]) == 2
     assert "no such checkpoint directory, nor a pretrained model" in capsys.readouterr().err

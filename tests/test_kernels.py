@@ -47,6 +47,7 @@ def test_kernel_goals():
     assert [g["met"] for g in no_memory] == [None, None], "off CUDA, or below T = 4096, nothing is decided"
 
 
+@pytest.mark.integration
 def test_bench_kernels_command_resumes(tmp_path, device, capsys):
     """``glitchlens bench kernels`` at a tiny size: the kernel, SDPA and the reference, each timed
     forward, backward and both (peak memory on CUDA only). With ``--out CSV --budget-s S`` it

@@ -79,6 +79,7 @@ def test_execution_problems_catch_an_unexecuted_or_reordered_notebook():
     assert notebooks.execution_problems(nb)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_and_its_outputs_are_current(path, tmp_path):

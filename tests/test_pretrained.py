@@ -85,6 +85,7 @@ def test_every_flipflop_specimen_has_learned_the_task(name):
     assert result.sequence_accuracy >= 0.99, f"{name}: {result.sequence_accuracy:.1%} of held-out sequences"
 
 
+@pytest.mark.integration
 def test_retraining_an_entry_for_a_few_steps_gives_the_shipped_configuration(tmp_path):
     name = "fot-mech"
     built = pretrained.build(name, steps=3, root=tmp_path, eval_sequences=4)
@@ -107,6 +108,7 @@ def test_unknown_or_unbuilt_names_say_what_to_do(tmp_path, monkeypatch):
         models.load_pretrained("rope-mech")
 
 
+@pytest.mark.integration
 def test_cli_lists_every_entry_with_its_accuracy(capsys):
     assert main(["pretrained", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
@@ -116,6 +118,7 @@ def test_cli_lists_every_entry_with_its_accuracy(capsys):
     assert "tra-mech" in capsys.readouterr().out
 
 
+@pytest.mark.integration
 def test_adopting_a_run_checks_that_it_is_the_specimen(tmp_path):
     short = specimen("rope-mech", steps=2)
     assert main(["train", *short.train_args(), "--checkpoint-every", "1", "--out", str(tmp_path / "run")]) == 0
@@ -130,6 +133,7 @@ def test_adopting_a_run_checks_that_it_is_the_specimen(tmp_path):
         pretrained.build("rope-mech", root=tmp_path / "entries", from_run=tmp_path / "run")
 
 
+@pytest.mark.integration
 def test_gpu_specimens_beside_table1(tmp_path, capsys):
     """``glitchlens pretrained --table1``: the built GPU specimens' accuracies beside the paper's."""
     assert "no GPU specimen is built yet" in pretrained.specimens_table1(tmp_path)

@@ -100,6 +100,7 @@ def test_cli_recipe_sets_defaults_and_flags_win():
     assert _parse()[1].grad_clip == 1.0 and _parse()[1].warmup == 50
 
 
+@pytest.mark.integration
 def test_recipe_sweep_tables(tmp_path):
     scale = Scale(preset="tiny", steps=2, lr=1e-3, batch_size=2, eval_n=3, eval_every=1, seq_len=32)
     frame = reproduce_recipes(tmp_path, ("llama", "authors"), ("fot",), seeds=1, jobs=1, scale=scale)
@@ -178,6 +179,7 @@ def test_the_notebook_recipes_resolve_and_leave_the_others_as_they_were():
     assert _parse("--decay-all-parameters", "--mlp-hidden-dropout", "0.2")[1].decay_all_parameters
 
 
+@pytest.mark.integration
 def test_a_notebook_recipe_run_is_deterministic(tmp_path):
     def run(name, *extra):
         argv = ["train", "--model", "tra", "--recipe", "authors-notebook", "--steps", "2", "--batch-size", "2",

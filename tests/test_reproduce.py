@@ -1,8 +1,11 @@
 """The Table 1 sweep: every run trained and evaluated once, resumable, tables written."""
 
 import pandas as pd
+import pytest
 
 from interp.reproduce import PAPER_TABLE1, Scale, reproduce_table1
+
+pytestmark = pytest.mark.integration  # the sweep trains in spawned worker processes
 
 TINY = Scale(preset="tiny", steps=2, lr=1e-3, batch_size=2, eval_n=3)
 

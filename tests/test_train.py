@@ -91,13 +91,26 @@ def test_resume_refuses_different_options(tmp_path):
 
 
 def test_sharpening_penalties():
-    uniform = torch.full((1, 1, 4, 4), 0.25)
+    keys = torch.arange(1, 5.0)                    # query i of a causal map sees i + 1 keys
+    uniform = (torch.ones(4, 4).tril() / keys[:, None])[None, None]
     one_hot = torch.eye(4)[None, None]
-    assert sharpening_penalty([uniform], "entropy") == pytest.approx(torch.log(torch.tensor(4.0)).item())
+    assert sharpening_penalty([uniform], "entropy") == pytest.approx(keys.log().mean().item())
     assert sharpening_penalty([one_hot], "entropy") == pytest.approx(0.0, abs=1e-6)
     assert sharpening_penalty([one_hot], "linf") == pytest.approx(-1.0)
-    assert sharpening_penalty([uniform], "l2") == pytest.approx(-0.5)
+    assert sharpening_penalty([uniform], "l2") == pytest.approx(-keys.rsqrt().mean().item())
     assert sharpening_penalty([torch.zeros(1, 1, 2, 2)], "entropy") == 0
+
+
+def test_sharpening_penalties_have_finite_gradients_at_exact_zeros():
+    """Thresholded mechanisms (TRA, TDA, trela) put exact zeros in their patterns, whole rows of
+    them at times: the regularisers' gradients stay finite there (``xlogy(p, p)``'s would be NaN)."""
+    rows = [[1.0, 0, 0, 0], [0.3, 0.7, 0, 0], [0, 0, 0, 0], [0.5, 0, -0.25, 0.25]]
+    weights = torch.tensor(rows, requires_grad=True)
+    kept = torch.tensor(rows) != 0
+    for kind in ("entropy", "l2", "linf"):
+        weights.grad = None
+        sharpening_penalty([(weights * kept)[None, None]], kind).backward()
+        assert torch.isfinite(weights.grad).all(), kind
 
 
 def test_regularised_training_runs_and_uses_the_patterns(tmp_path):
@@ -120,6 +133,7 @@ def test_automaton_and_generative_modes(tmp_path):
     assert [r["step"] for r in log if "loss" in r] == [1, 2, 3]
 
 
+@pytest.mark.integration
 def test_ctrl_c_saves_and_resume_finishes_identically(tmp_path):
     args = ["--model", "nope", "--preset", "tiny", "--seq-len", "64", "--batch-size", "8", "--steps", "300",
             "--warmup", "3", "--eval-n", "5", "--checkpoint-every", "5", "--quiet"]

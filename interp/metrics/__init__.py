@@ -10,8 +10,8 @@ Nothing here imports ``models``.
 
 from interp.metrics.attention import (
     EPS, Maps, by_layer, cache_maps, causal, cross_view_correlation, dispersion, effective_entropy,
-    entropy_summary, gaussian_tail, inhibition, magnitudes, max_abs_weight, sink_eps, sink_ratio, sparsity,
-    summarise, survivor_counts, survivor_growth, survivor_scaling, tail_probabilities, zero_rows,
+    entropy_summary, gaussian_tail, inhibition, l1_normalised, magnitudes, max_abs_weight, sink_eps, sink_ratio,
+    sparsity, summarise, survivor_counts, survivor_growth, survivor_scaling, tail_probabilities, zero_rows,
 )
 from interp.metrics.capture import DEFAULT_LENGTHS, MissingHookError, capture_maps, heatmap_window
 from interp.metrics.probes import (

@@ -34,7 +34,7 @@ Maps = torch.Tensor | Mapping[int, torch.Tensor] | Sequence[torch.Tensor]
 # Columns that describe a row rather than identify it: summarise() never groups by them.
 DESCRIPTIVE = ("value", "gaussian", "sigma", "constant_view", "n_entries", "growth", "linear_reference")
 
-# Only guards 0 / 0; all-zero rows are excluded before any entropy is averaged.
+# Only guards 0 / 0 and log 0; all-zero rows are excluded before any entropy is averaged.
 EPS = 1e-12
 
 
@@ -76,6 +76,13 @@ def causal(n: int, device=None) -> torch.Tensor:
 def magnitudes(a: torch.Tensor) -> torch.Tensor:
     """|A_ij| in float32 with the entries j > i set to 0: the paper's masked absolute weights."""
     return a.float().abs().masked_fill(~causal(a.shape[-1], a.device), 0.0)
+
+
+def l1_normalised(a: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """:func:`magnitudes` over their row's l1 norm, ``|A_ij| / max(sum_{t <= i} |A_it|, eps)``: each
+    row a distribution over its keys, an all-zero row left at 0."""
+    mag = magnitudes(a)
+    return mag / mag.sum(-1, keepdim=True).clamp_min(eps)
 
 
 def zero_rows(a: torch.Tensor) -> torch.Tensor:
@@ -128,13 +135,16 @@ def sparsity(maps: Maps, name: str = "pattern") -> pd.DataFrame:
 def effective_entropy(a: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     """``[batch, head, query_pos]``: the Shannon entropy (nats) of the l1-normalised |weights| (Sec. 3)::
 
-        p_ij = |a_ij| / (||a_i||_1 + eps),   H(a_i) = -sum_{j <= i} p_ij log p_ij
+        p_ij = |a_ij| / max(||a_i||_1, eps),   H(a_i) = -sum_{j <= i} p_ij log max(p_ij, eps)
 
     A row that is all zero gets H = 0; the frames below exclude such rows (see :func:`zero_rows`).
+    The attention-sharpening regulariser (``interp.train_setup.sharpening_penalty``) is this
+    entropy, differentiated through thresholded maps full of exact zeros: the log of
+    ``max(p, eps)`` has there the finite gradient ``log eps`` where ``xlogy(p, p)``'s would be
+    NaN, and it differs from ``p log p`` only for ``0 < p < eps``, by at most ``eps / e`` per entry.
     """
-    p = magnitudes(a)
-    p = p / (p.sum(-1, keepdim=True) + eps)
-    return -torch.xlogy(p, p).sum(-1)
+    p = l1_normalised(a, eps)
+    return -(p * p.clamp_min(eps).log()).sum(-1)
 
 
 def _entropy_by_position(a: torch.Tensor, eps: float):
@@ -197,9 +207,7 @@ def sink_ratio(maps: Maps, key_pos: Iterable[int] | None = None, name: str = "pa
     """
     def stats(a):
         T = a.shape[-1]
-        mag = magnitudes(a)
-        P = mag / mag.sum(-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
-        mass = P.sum((0, 2)).double()                           # [head, key_pos]
+        mass = l1_normalised(a, torch.finfo(torch.float32).tiny).sum((0, 2)).double()  # [head, key_pos]
         live = (~zero_rows(a)).sum(0).double()                  # [head, query_pos]
         S = torch.arange(1, T + 1, device=a.device).double()    # |S(i)|
         return {"key_mass": mass / suffix_sum(live), "gsink_ratio": mass / suffix_sum(live / S)}

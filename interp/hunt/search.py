@@ -1,5 +1,4 @@
-"""``glitchlens hunt``: search for flip-flop sequences a model gets wrong, and compare the search
-with random sampling at an equal budget of sequences scored.
+"""The hunt's methods, the guided search and the random baselines, and :func:`hunt`, which runs them.
 
 Every method spends the same ``budget`` (sequences the model scores) in two phases:
 
@@ -25,22 +24,6 @@ scores the files :func:`write_hunt` writes, and only the reads wrong in that eva
 (the search scores candidates of mixed lengths padded into one batch; that changes no
 prediction mathematically, but a margin within float rounding of zero could flip).
 
-Error types (:func:`classify_errors`): a *regime* and a *source* joined by ``/``, and
-``/long`` after them when the read is at or past the model's training length (``cfg.n_ctx``),
-where the failure may be one of extrapolation (shrinking keeps the read there):
-
-- regime ``sparse``: the last write is at least ``LONG_GAP`` tokens before the read (the
-  flip-flop paper's sparse glitches: the write drowns among ignores; a long gap crowded by
-  reads counts here, the write it must reach being still far); ``dense``: a shorter gap, and
-  at least ``CROWDED`` of the ``CROWD_WINDOW`` instructions before the read are writes or
-  reads (the paper's dense glitches: recent operations compete with the last write); under
-  FFL(0.8) each of the two happens at about 1 read in 140. ``plain``: neither, an error on a
-  read whose surroundings are common in the training distribution.
-- source ``stale``: an earlier write (before the last one) stored the wrong answer, so the
-  model may have retrieved an outdated write; the row gives the distance back to the most
-  recent such write (``stale_gap``); ``unsourced``: every earlier write stored the right bit,
-  the wrong bit comes from nowhere in the sequence; ``not-a-bit``: the argmax is an instruction.
-
 Choices where the issue left room: fitness is the lowest margin (a glitch's read has a
 negative one) rather than a probability, so that the search still has a gradient among
 sequences the model reads right with near-certainty; the guided search starts from the training
@@ -59,137 +42,20 @@ margins, and so the selection, can differ in the last float bits between thread 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
 from interp.evaluate import ReadPredictions, predict_reads
-from interp.tasks import (
-    D_VOCAB, IGNORE, ONE, READ, SPLITS, TRAIN_P_I, WRITE, ZERO, format_sequence, instruction_probs,
-    last_write_positions, sample_ffl, write_sequences,
-)
+from interp.hunt.edits import Edits, with_reads_recomputed
+from interp.hunt.errors import classify_errors, has_wrong_read, training_length, verify
+from interp.tasks import D_VOCAB, IGNORE, SPLITS, TRAIN_P_I, ZERO, format_sequence, instruction_probs, sample_ffl
 
-LONG_GAP = 96        # tokens from the last write to the read: sparse; under FFL(0.8), P = 0.9^47 = 0.0071
-CROWD_WINDOW = 16    # instructions before a read in which operations are counted
-CROWDED = 8          # writes or reads among them: dense; under FFL(0.8), P(Binomial(16, 0.2) >= 8) = 0.0070
-MAX_BLOCK = 64       # pairs one edit overwrites or jumps at most (a sparse gap in one or two edits)
 LENGTH_STEPS = 8     # lengthen adds seq_len / LENGTH_STEPS tokens: at most 9 lengths up to twice seq_len
 SHRINK_SHARE = 4     # 1 / SHRINK_SHARE of each method's budget shrinks its failures
-ERROR_COLUMNS = ("seq", "position", "write_pos", "gap", "operations_nearby", "stale_gap", "answer", "predicted",
-                 "margin", "regime", "source", "long", "type")
-
-
-# --- sequences and edits --------------------------------------------------------------------
-
-
-def with_reads_recomputed(pairs: np.ndarray) -> np.ndarray:
-    """``[P, 2]`` (instruction, bit) pairs whose first instruction is ``w`` -> tokens ``[2P]``
-    in which every read's bit is the bit of the most recent write, as the language's rule says."""
-    tokens = pairs.reshape(-1).copy()
-    reads = np.flatnonzero((tokens == READ) & (np.arange(len(tokens)) % 2 == 0))
-    tokens[reads + 1] = tokens[last_write_positions(tokens)[reads] + 1]
-    return tokens
-
-
-def _block_size(rng: np.random.Generator, most: int) -> int:
-    """A number of pairs, log-uniform in [1, MAX_BLOCK] (single pairs as often as long runs),
-    at most ``most``."""
-    return min(most, int(2 ** rng.uniform(0, np.log2(MAX_BLOCK + 1))))
-
-
-def sampled_pairs(rng: np.random.Generator, n: int, p_i: float) -> np.ndarray:
-    """``[n, 2]`` pairs whose instructions follow FFL(p_i) (their read bits are fixed later):
-    the middle of one ``sample_ffl`` draw, whose first and last pairs are forced."""
-    return sample_ffl(1, 2 * n + 4, p_i, rng)[0, 2:-2].reshape(n, 2)
-
-
-@dataclass(frozen=True)
-class Edits:
-    """The edits of the guided search, on ``[P, 2]`` (instruction, bit) pairs. None touches the
-    first pair (the write every sequence starts with) or turns the last pair into anything but
-    a read; :meth:`apply` recomputes the reads' bits after them, so every result is a valid
-    flip-flop sequence.
-
-    Only :meth:`lengthen` changes the length, by ``step`` pairs up to ``max_pairs``:
-    distractors overwrite pairs rather than being inserted, so the failing sequences fall into
-    a few lengths, each a file that ``glitchlens eval --data`` reads. ``p_i``: the distribution
-    that :meth:`lengthen` continues a sequence with.
-    """
-
-    p_i: float
-    step: int
-    max_pairs: int
-
-    def flip_write_bit(self, pairs, rng):
-        """Flip the bit of one write (the reads that repeat it change with it)."""
-        pairs = pairs.copy()
-        write = rng.choice(np.flatnonzero(pairs[:, 0] == WRITE))
-        pairs[write, 1] = ZERO + ONE - pairs[write, 1]
-        return pairs
-
-    def change_instruction(self, pairs, rng):
-        """Turn one instruction between the first and the last into one of the other two."""
-        pairs = pairs.copy()
-        if len(pairs) > 2:
-            at = rng.integers(1, len(pairs) - 1)
-            pairs[at, 0] = (pairs[at, 0] + rng.integers(1, 3)) % 3
-        return pairs
-
-    def _overwrite(self, pairs, rng, p_i: float):
-        """A run of pairs between the first and the last replaced by pairs of FFL(p_i)."""
-        pairs = pairs.copy()
-        if len(pairs) > 2:
-            size = _block_size(rng, len(pairs) - 2)
-            at = rng.integers(1, len(pairs) - size)
-            pairs[at:at + size] = sampled_pairs(rng, size, p_i)
-        return pairs
-
-    def denser_ignores(self, pairs, rng):
-        """Sparse-like distractors: a run of ignores, which also drops the writes it covers."""
-        return self._overwrite(pairs, rng, 1.0)
-
-    def denser_operations(self, pairs, rng):
-        """Dense-like distractors: a run of writes and reads, even odds."""
-        return self._overwrite(pairs, rng, 0.0)
-
-    def move_write_back(self, pairs, rng):
-        """Move the last write of one read earlier, further from the read but still after the
-        write before it (so it stays the read's last write); the pairs it jumps shift one later."""
-        read = rng.choice(np.flatnonzero(pairs[:, 0] == READ))
-        writes = np.flatnonzero(pairs[:, 0] == WRITE)
-        writes = writes[writes < read]
-        if len(writes) < 2 or writes[-1] - writes[-2] < 2:
-            return pairs
-        write = writes[-1]
-        to = write - _block_size(rng, write - writes[-2] - 1)
-        return np.insert(np.delete(pairs, write, axis=0), to, pairs[write], axis=0)
-
-    def lengthen(self, pairs, rng):
-        """Continue the sequence by ``step`` pairs of FFL(p_i) (fewer at ``max_pairs``), its
-        final read moved to the new end."""
-        block = sampled_pairs(rng, min(self.step, self.max_pairs - len(pairs)), self.p_i)
-        return np.insert(pairs, len(pairs) - 1, block, axis=0)
-
-    def apply(self, tokens: np.ndarray, rng: np.random.Generator, n_edits: int) -> np.ndarray:
-        """``tokens [T]`` after ``n_edits`` edits drawn uniformly from ``EDIT_NAMES`` (without
-        :meth:`lengthen` once the sequence has ``max_pairs`` pairs)."""
-        pairs = tokens.reshape(-1, 2)
-        for _ in range(n_edits):
-            fits = [edit for edit in EDIT_NAMES if edit != "lengthen" or len(pairs) < self.max_pairs]
-            pairs = getattr(self, fits[rng.integers(len(fits))])(pairs, rng)
-        return with_reads_recomputed(pairs)
-
-
-EDIT_NAMES = ("flip_write_bit", "change_instruction", "denser_ignores", "denser_operations", "move_write_back",
-              "lengthen")
-
-
-# --- scoring --------------------------------------------------------------------------------
 
 
 def padded(sequences: list[np.ndarray]) -> np.ndarray:
@@ -207,72 +73,6 @@ def lowest_margins(reads: ReadPredictions, n: int) -> np.ndarray:
     lowest = np.full(n, np.inf, dtype=np.float32)
     np.minimum.at(lowest, reads.sequence, reads.margin)
     return lowest
-
-
-def has_wrong_read(reads: ReadPredictions, n: int) -> np.ndarray:
-    """``[n]`` bool: the sequence has at least one wrong read."""
-    return np.bincount(reads.sequence[~reads.correct], minlength=n) > 0
-
-
-def classify_errors(tokens: np.ndarray, reads: ReadPredictions, train_len: int | None = None) -> pd.DataFrame:
-    """One row per wrong read of ``reads`` (``predict_reads`` on ``tokens [n, T]``) and its error
-    type (module docstring); ``train_len``: the position from which a read is ``long`` (None:
-    none is). Columns (``ERROR_COLUMNS``): ``seq``, ``position`` (of the ``r``), ``write_pos``
-    (its last write), ``gap`` (position - write_pos, in tokens), ``operations_nearby`` (writes
-    and reads among the ``CROWD_WINDOW`` instructions before it), ``stale_gap`` (position minus
-    the most recent write that stored the wrong bit; -1 if none did), ``answer`` and
-    ``predicted`` (letters), ``margin``, ``regime``, ``source``, ``long`` and ``type``."""
-    wrong = ~reads.correct
-    seq, position, predicted = reads.sequence[wrong], reads.position[wrong], reads.predicted[wrong]
-    pos = np.arange(tokens.shape[1])
-    instruction = pos % 2 == 0
-    write_pos = last_write_positions(tokens)[seq, position]
-    before = np.cumsum(instruction & (tokens != IGNORE), axis=1)   # operations at or before each position
-    window_start = position - 2 * CROWD_WINDOW - 1
-    nearby = before[seq, position - 1] - np.where(window_start >= 0, before[seq, np.maximum(window_start, 0)], 0)
-    # the most recent write of each bit at or before each position; the last write stored the
-    # right bit, so the most recent one of the wrong bit is older
-    stored = np.concatenate([tokens[:, 1:], tokens[:, -1:]], axis=1)
-    is_write = instruction & (tokens == WRITE)
-    last_of_bit = np.stack([np.maximum.accumulate(np.where(is_write & (stored == ZERO + b), pos, -1), axis=1)
-                            for b in (0, 1)])
-    is_bit = (predicted == ZERO) | (predicted == ONE)
-    stale = np.where(is_bit, last_of_bit[np.clip(predicted - ZERO, 0, 1), seq, position], -1)
-    gap = position - write_pos
-    long = position >= (np.inf if train_len is None else train_len)
-    regime = np.select([gap >= LONG_GAP, nearby >= CROWDED], ["sparse", "dense"], "plain")
-    source = np.where(~is_bit, "not-a-bit", np.where(stale >= 0, "stale", "unsourced"))
-    letters = np.array(["w", "r", "i", "0", "1"])
-    return pd.DataFrame({
-        "seq": seq, "position": position, "write_pos": write_pos, "gap": gap, "operations_nearby": nearby,
-        "stale_gap": np.where(stale >= 0, position - stale, -1), "answer": letters[reads.target[wrong]],
-        "predicted": letters[predicted], "margin": reads.margin[wrong], "regime": regime, "source": source,
-        "long": long, "type": [f"{r}/{s}{'/long' if past else ''}" for r, s, past in zip(regime, source, long)]})
-
-
-def training_length(model) -> int | None:
-    """The length ``model`` was trained at (``cfg.n_ctx``), None for a model without one."""
-    return getattr(model.cfg, "n_ctx", None)
-
-
-def verify(model, sequences: list[np.ndarray], batch_size: int = 64) -> tuple[list[np.ndarray], pd.DataFrame]:
-    """The sequences that :func:`~interp.evaluate.predict_reads` gets wrong when they are scored
-    as ``glitchlens eval --data`` scores a file of them: grouped by length, each group in its
-    order, at ``batch_size``. Returns them (shortest first, the order of the files
-    :func:`write_hunt` writes) and :func:`classify_errors` of their wrong reads, ``seq``
-    indexing that list."""
-    kept, frames = [], []
-    for length in sorted({len(s) for s in sequences}):
-        group = np.stack([s for s in sequences if len(s) == length])
-        reads = predict_reads(model, group, batch_size)
-        failing = np.flatnonzero(has_wrong_read(reads, len(group)))
-        errors = classify_errors(group, reads, training_length(model))
-        frames.append(errors.assign(seq=len(kept) + np.searchsorted(failing, errors.seq), length=length))
-        kept += list(group[failing])
-    return kept, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*ERROR_COLUMNS, "length"])
-
-
-# --- the methods ----------------------------------------------------------------------------
 
 
 @dataclass
@@ -489,47 +289,3 @@ def hunt(model, budget: int = 1024, seq_len: int = 512, max_len: int | None = No
             finished.summary = {"start": start, **finished.summary}
             result.methods[name] = finished
     return result
-
-
-def abbreviated(text: str, keep: int = 36) -> str:
-    """A flip-flop string for a table cell: whole up to ``2 * keep`` characters, else its two ends."""
-    return text if len(text) <= 2 * keep else f"{text[:keep]}...{text[-keep:]}"
-
-
-def overview_rows(result: HuntResult) -> list[tuple[str, ...]]:
-    """One table row per method: where it started, sequences scored, verified failing sequences,
-    the read and sequence error rates on the distribution it ends on, and how many error types."""
-    return [(name, m.summary["start"], str(m.summary["scored"]), str(m.summary["failing_sequences"]),
-             f"{m.summary['final']['read_error_rate']:.2e}", f"{100 * m.summary['final']['sequence_error_rate']:.1f}%",
-             str(len(m.summary["types"]))) for name, m in result.methods.items()]
-
-
-def shortest_rows(result: HuntResult) -> list[tuple[str, ...]]:
-    """One table row per (error type, method that found it): the shortest failing sequence's
-    length, wrong read, gap, stale write (``-`` without one) and text (:func:`abbreviated`)."""
-    found = sorted((error_type, name, shortest) for name, m in result.methods.items()
-                   for error_type, shortest in m.summary["types"].items())
-    return [(error_type, name, str(s["length"]), str(s["read_position"]), str(s["gap"]),
-             str(s["read_position"] - s["stale_gap"]) if s["stale_gap"] >= 0 else "-", abbreviated(s["text"]))
-            for error_type, name, s in found]
-
-
-def write_hunt(result: HuntResult, out_dir) -> dict[str, Path]:
-    """Write ``hunt.json`` (:meth:`HuntResult.summary` with the files) and each method's verified
-    failing sequences, one ``.jsonl`` per method and length (``guided-T512.jsonl``; the shrunk
-    ones in ``guided-shrunk-T18.jsonl``): a file holds the sequences of one length that
-    :func:`verify` scored together, as ``glitchlens eval --data FILE`` scores them. Returns the
-    paths by name."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files = {}
-    for name, method in result.methods.items():
-        for kind, sequences in (("", method.failing), ("-shrunk", method.shrunk)):
-            for length in sorted({len(s) for s in sequences}):
-                stem = f"{name.replace(' ', '-')}{kind}-T{length}"
-                files[stem] = write_sequences(np.stack([s for s in sequences if len(s) == length]),
-                                              out_dir / f"{stem}.jsonl")
-    files["json"] = out_dir / "hunt.json"
-    summary = {**result.summary(), "files": {stem: path.name for stem, path in files.items() if stem != "json"}}
-    files["json"].write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
-    return files
