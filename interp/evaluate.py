@@ -174,7 +174,7 @@ def predict_reads(model: torch.nn.Module, tokens: np.ndarray, batch_size: int = 
     return ReadPredictions(seq_idx, pos_idx, target, predicted, margin)
 
 
-def summarize(split: str, n_sequences: int, reads: ReadPredictions) -> SplitResult:
+def summarise(split: str, n_sequences: int, reads: ReadPredictions) -> SplitResult:
     wrong = ~reads.correct
     errors = int(wrong.sum())
     n_reads = len(wrong)
@@ -198,7 +198,7 @@ def evaluate_tokens(model, tokens: np.ndarray, split: str = "custom", batch_size
         raise ValueError("no sequences to evaluate")
     with tqdm(total=len(tokens), desc=split, unit="seq", leave=False, disable=not progress) as bar:
         reads = predict_reads(model, tokens, batch_size, on_progress=bar.update)
-    return summarize(split, len(tokens), reads)
+    return summarise(split, len(tokens), reads)
 
 
 def evaluate_splits(
@@ -227,7 +227,7 @@ def evaluate_reads(model, splits: Sequence[str], n: int | None, batch_size: int
     for name in splits:
         tokens = load_split(name, None if n is None else min(n, SPLITS[name].size))
         reads = predict_reads(model, tokens, batch_size)
-        results[name] = summarize(name, len(tokens), reads)
+        results[name] = summarise(name, len(tokens), reads)
         predicted = np.full(tokens.shape, -1)    # read_table only looks at the reads
         predicted[reads.sequence, reads.position] = reads.predicted
         tables.append(read_table(tokens, predicted).assign(split=name))

@@ -74,6 +74,7 @@ def test_building_an_entry_imports_no_command_line():
 FLIPFLOP_SPECIMENS = [name for name in CPU_ENTRIES if SPECIMENS[name].configs()[1].task == "flipflop"]
 
 
+@pytest.mark.slow   # 1000 held-out sequences of T = 512 per specimen: 10-47 s each
 @pytest.mark.parametrize("name", FLIPFLOP_SPECIMENS)
 def test_every_flipflop_specimen_has_learned_the_task(name):
     """Issue 11: every specimen reads >= 99% of in-distribution sequences right."""
