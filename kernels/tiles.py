@@ -154,18 +154,20 @@ def softmax_tile_grad(P, do, v, delta, PREC: tl.constexpr):
     return P * (tl.dot(do, tl.trans(v), input_precision=PREC) - delta[:, None])
 
 
-def softmax_forward(kernel, q, k, v, gate, block_m, block_n, **options) -> tuple[torch.Tensor, torch.Tensor, dict]:
+def softmax_forward(ctx, kernel, q, k, v, gate, block_m, block_n, **options) -> torch.Tensor:
     """Launch a softmax forward ``kernel(Q, K, V, GATE, Z, LSE, strides..., T, H, scale, ...)``,
-    one program per query tile and head: z in v's dtype, the float32 log-sum-exp
-    ``[batch, head, pos]`` the backward needs, and the launch parameters."""
+    one program per query tile and head, from an autograd ``ctx``: returns z in v's dtype and
+    saves for the backward q, k, v, the gate, z and the float32 log-sum-exp ``[batch, head, pos]``,
+    with the launch parameters in ``ctx.meta``."""
     B, T, H, D = q.shape
-    meta = launch_meta(q.dtype, D, block_m, block_n)
+    ctx.meta = launch_meta(q.dtype, D, block_m, block_n)
     z = torch.empty((B, T, H, D), dtype=v.dtype, device=v.device)
     lse = torch.empty((B, H, T), dtype=torch.float32, device=v.device)
-    kernel[(triton.cdiv(T, meta["BLOCK_M"]), B * H)](
+    kernel[(triton.cdiv(T, ctx.meta["BLOCK_M"]), B * H)](
         q, k, v, gate, z, lse, q.stride(), k.stride(), v.stride(), z.stride(), T, H, 1.0 / math.sqrt(D),
-        **options, **meta)
-    return z, lse, meta
+        **options, **ctx.meta)
+    ctx.save_for_backward(q, k, v, gate, z, lse)
+    return z
 
 
 def softmax_delta(do: torch.Tensor, o: torch.Tensor) -> torch.Tensor:

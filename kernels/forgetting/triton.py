@@ -119,9 +119,7 @@ class ForgettingAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, c, block_m, block_n):
-        z, lse, ctx.meta = softmax_forward(_fwd, q, k, v, c, block_m, block_n)
-        ctx.save_for_backward(q, k, v, c, z, lse)
-        return z
+        return softmax_forward(ctx, _fwd, q, k, v, c, block_m, block_n)
 
     @staticmethod
     def backward(ctx, dz):

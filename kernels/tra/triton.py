@@ -125,9 +125,7 @@ class TRAAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, log_delta, block_m, block_n, skip_zero_tiles):
-        z, lse, ctx.meta = softmax_forward(_fwd, q, k, v, log_delta, block_m, block_n, SKIP_ZERO_TILES=skip_zero_tiles)
-        ctx.save_for_backward(q, k, v, log_delta, z, lse)
-        return z
+        return softmax_forward(ctx, _fwd, q, k, v, log_delta, block_m, block_n, SKIP_ZERO_TILES=skip_zero_tiles)
 
     @staticmethod
     def backward(ctx, dz):
