@@ -28,7 +28,7 @@ import models
 from interp.evaluate import evaluate_splits
 from interp.tasks import CANONICAL_SEQ_LEN
 from interp.train_setup import (
-    BatchSource, GracefulInterrupt, TrainConfig, TrainingDiverged, TrainingInterrupted,
+    BatchSource, GracefulInterrupt, TrainConfig, TrainingDiverged, TrainingInterrupted, deterministic_algorithms,
     load_optimizer_state, make_optimizer, optimizer_state_tensors, prepare_output, reuse_freed_memory, saved_configs,
     sharpening_penalty,
 )
@@ -122,7 +122,8 @@ def train(
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not progress,
                desc=f"train {model_cfg.model}", dynamic_ncols=True)
     t0 = time.time()
-    with GracefulInterrupt() as interrupt, model.hooks(fwd_hooks=reg_hooks):
+    with (GracefulInterrupt() as interrupt, model.hooks(fwd_hooks=reg_hooks),
+          deterministic_algorithms(next(model.parameters()).device)):
         for step in bar:
             torch.manual_seed(step_seed(cfg.seed, step))
             for group in optimizer.param_groups:

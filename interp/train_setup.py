@@ -10,6 +10,7 @@ import dataclasses
 import os
 import signal
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -259,3 +260,23 @@ def reuse_freed_memory() -> bool:
         return False
     m_trim_threshold, m_mmap_threshold = -1, -3
     return bool(libc.mallopt(m_mmap_threshold, 128 << 20)) and bool(libc.mallopt(m_trim_threshold, 1 << 30))
+
+
+@contextmanager
+def deterministic_algorithms(device: torch.device):
+    """PyTorch's deterministic algorithms for the block, on a CPU device (then restored).
+
+    Indexing's backward (the embedding ``W_E[tokens]``) accumulates rows in a thread-dependent
+    order on more than one CPU thread: two threads gave another ``W_E`` gradient on most steps,
+    so the same command gave another checkpoint. The deterministic path sums in token order,
+    which is what one thread does, so one-thread runs are unchanged. On a GPU some kernels have
+    no deterministic version; there the run keeps PyTorch's defaults.
+    """
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    if device.type == "cpu":
+        torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)

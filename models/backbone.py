@@ -235,10 +235,7 @@ class GlitchLensTransformer(HookedModelMixin, HookedRootModule):
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         tokens = as_token_ids(tokens, self.cfg.d_vocab)
-        # F.embedding, not W_E[tokens]: indexing's backward accumulates rows in a thread-dependent
-        # order on the CPU, so two threads gave another W_E gradient on every step; this one sums in
-        # token order, the one-thread result, whatever the thread count.
-        resid = self.hook_embed(F.embedding(tokens, self.W_E))
+        resid = self.hook_embed(self.W_E[tokens])
         if self.cfg.pos_embed != "none":
             pos = self.positions(tokens.shape[1], tokens.device)
             resid = resid + self.hook_pos_embed(self.W_pos[pos].expand_as(resid))

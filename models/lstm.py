@@ -4,7 +4,6 @@ behind the same interface as the transformer (tokens -> logits, hooks, ``cfg``).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
@@ -34,7 +33,7 @@ class LSTMModel(HookedModelMixin, HookedRootModule):
         self.setup()
 
     def forward(self, tokens: torch.Tensor, return_type: str = "logits") -> torch.Tensor:
-        embedded = self.hook_embed(F.embedding(as_token_ids(tokens, self.cfg.d_vocab), self.W_E))  # see GlitchLensTransformer.embed
+        embedded = self.hook_embed(self.W_E[as_token_ids(tokens, self.cfg.d_vocab)])
         # nn.LSTM refuses T = 0; an empty input has an empty output, as for the transformer
         hidden = self.hook_hidden(self.lstm(embedded)[0] if embedded.shape[1] else embedded)
         if return_type == "normalized":

@@ -58,6 +58,24 @@ def test_same_seed_same_checkpoint(tmp_path, model_name):
     assert not torch.equal(tensors(tmp_path / "a")["W_E"], tensors(tmp_path / "c")["W_E"])
 
 
+@pytest.mark.parametrize("model_name", ["rope", "lstm"])
+def test_two_threads_give_the_same_checkpoint_twice(tmp_path, model_name):
+    """Indexing's backward (the embedding) sums in a thread-dependent order on two CPU threads;
+    training runs under PyTorch's deterministic algorithms, so the same command gives the same
+    checkpoint at any fixed thread count (docs/guide.md "Determinism")."""
+    mc = ModelConfig.from_preset(model_name, "tiny", n_ctx=128)
+    cfg = TrainConfig(steps=3, seq_len=128, batch_size=16, eval_n=2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for run in "ab":
+            train(mc, cfg, tmp_path / run, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert_same_checkpoint(tmp_path / "a", tmp_path / "b")
+    assert not torch.are_deterministic_algorithms_enabled(), "the setting is restored after training"
+
+
 def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch):
     mc = ModelConfig.from_preset("label", "tiny", n_ctx=32, dropout=0.1)
     cfg = TrainConfig(steps=8, **SMALL)
