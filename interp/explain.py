@@ -42,7 +42,7 @@ import pandas as pd
 
 from interp import circuits, plots
 from interp.diagnose.summary import plain
-from interp.evaluate import checkpoint_task, evaluate_reads
+from interp.evaluate import BATCH_SIZE, checkpoint_task, evaluate_reads
 from interp.tasks import load_split
 
 NAMED = 0.5                  # restored fraction that names a component
@@ -198,7 +198,7 @@ PAIRS_ARE = {"carry": "correct reads, their last write's bit flipped",
 
 
 def explain(checkpoint_path, out_dir, split: str = "dense", n: int = 100, pairs: int = 16,
-            batch_size: int = 64, device: str = "cpu") -> Explanation:
+            batch_size: int = BATCH_SIZE, device: str = "cpu") -> Explanation:
     """Explain the glitches of a checkpoint on the first ``n`` sequences of ``split`` and write
     the files of the module docstring into ``out_dir``; ``pairs``: at most this many pairs of
     each kind."""

@@ -38,12 +38,16 @@ def row_blocks(n_pos: int, rows: int | None = None) -> list[slice]:
     return [slice(start, min(start + rows, n_pos)) for start in range(0, n_pos, rows)]
 
 
-def future_keys(S: torch.Tensor, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
-    """The part of a block of scores that holds its future keys, the block's last
-    ``len(rows)`` columns, and its ``[query, key]`` mask of keys j > i: every earlier key is
-    in the past of every row of the block, so only this square needs masking."""
-    n = rows.stop - rows.start
-    return S[..., rows.start:], torch.ones(n, n, dtype=torch.bool, device=S.device).triu_(1)
+def mask_future_(x: torch.Tensor, rows: slice, value: float = 0.0) -> torch.Tensor:
+    """``x``, a block of ``[query, key]`` maps for query ``rows``, with its future keys (j > i)
+    set to ``value`` in place. Every earlier key is in the past of every row of the block, so
+    only the block's last ``len(rows)`` columns need it; ``tril_`` and an add do it several
+    times faster than ``masked_fill_`` with a broadcast mask."""
+    square = x[..., rows.start:].tril_()
+    if value:
+        n = rows.stop - rows.start
+        square.add_(torch.full((n, n), value, dtype=x.dtype, device=x.device).triu_(1))
+    return x
 
 
 def needs_grad(*tensors: torch.Tensor) -> bool:
@@ -75,7 +79,7 @@ def softmax_rows_inference(rule, q, k, v, *inputs) -> torch.Tensor:
             logits, empty_rows = logits_of(S, rows, *block_inputs)
         out = z[heads, rows]
         torch.bmm(softmax_weights(logits, None), v[heads, :rows.stop], out=out)
-        if empty_rows is not None:  # a row without a key attends to nothing
+        if empty_rows is not None and empty_rows.any():  # a row without a key attends to nothing
             out.masked_fill_(empty_rows[..., None], 0.0)
     return z
 

@@ -31,6 +31,33 @@ def test_fused_path_equals_explicit_path(name):
     assert (pattern.triu(1) == 0).all()
 
 
+@pytest.mark.parametrize("norm_placement", ["pre", "stream"])
+def test_mlp_in_chunks_without_gradients_changes_nothing(monkeypatch, norm_placement):
+    """Without gradients the MLP half of a block runs a few positions at a time (here 7, so
+    that the last chunk is short); the logits are those of the one-piece path up to float
+    rounding (a matrix product's kernel may depend on its row count), and a hook on the MLP
+    sees it in one piece."""
+    import models.backbone
+
+    model = tiny("tra", norm_placement=norm_placement, linear_bias=True)
+    tokens = torch.randint(0, 5, (3, 30))
+    assert model.blocks[0].mlp_runs_in_chunks() is False  # grad mode is on here
+    with torch.no_grad():
+        assert model.blocks[0].mlp_runs_in_chunks()
+        whole = model(tokens)  # one chunk of 512 rows
+        monkeypatch.setattr(models.backbone, "MLP_CHUNK_ROWS", 7)
+        chunked = model(tokens)
+        assert torch.allclose(chunked, whole, atol=1e-5) and not chunked.isnan().any()
+    seen = []
+    model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.mlp.hook_post", lambda x, hook: seen.append(x.shape))])
+    with torch.no_grad():
+        model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.mlp.hook_post", lambda x, hook: seen.append(x.shape))])
+    assert seen == [torch.Size([3, 30, model.cfg.d_mlp])] * 2
+    model.train()
+    with torch.no_grad():
+        assert not model.blocks[0].mlp_runs_in_chunks()
+
+
 def test_weights_in_transformer_lens_shapes():
     model = tiny("rope", n_heads=2)
     attn = model.blocks[0].attn

@@ -305,7 +305,7 @@ def test_every_option_says_what_it_does_and_its_default():
         for action in command._actions:
             assert action.help and action.help != argparse.SUPPRESS, (name, action.option_strings or action.dest)
         command.format_help()  # a stray % in a help text fails here
-    assert "(default: 64)" in subparsers(parser)["eval"].format_help()
+    assert "(default: 1000)" in subparsers(parser)["train"].format_help()
 
 
 @pytest.mark.integration

@@ -103,9 +103,10 @@ def checkpoint_dir(text: str) -> Path:
 
 
 def cmd_eval(args) -> int:
-    from interp.evaluate import checkpoint_task, evaluate_automaton, evaluate_splits, evaluate_tokens
+    from interp.evaluate import BATCH_SIZE, checkpoint_task, evaluate_automaton, evaluate_splits, evaluate_tokens
     from models import load, read_config
 
+    batch_size = args.batch_size or BATCH_SIZE
     checkpoint = checkpoint_dir(args.checkpoint)
     task = checkpoint_task(read_config(checkpoint))
     if task == "automaton" and (args.data or args.splits):
@@ -116,7 +117,7 @@ def cmd_eval(args) -> int:
     model = load(checkpoint, device=args.device)
     progress = not args.quiet
     if task == "automaton":
-        result = evaluate_automaton(model, args.n or 1000, batch_size=args.batch_size, progress=progress)
+        result = evaluate_automaton(model, args.n or 1000, batch_size=batch_size, progress=progress)
         if args.json:
             print(json.dumps({"automaton": result}, indent=2))
             return 0
@@ -129,10 +130,10 @@ def cmd_eval(args) -> int:
         from interp.tasks import read_sequences
 
         tokens = read_sequences(args.data)[:args.n]
-        results = {args.data: evaluate_tokens(model, tokens, args.data, args.batch_size, progress)}
+        results = {args.data: evaluate_tokens(model, tokens, args.data, batch_size, progress)}
     else:
         splits = [s.strip() for s in (args.splits or "iid,sparse,dense").split(",") if s.strip()]
-        results = evaluate_splits(model, splits, n=args.n, batch_size=args.batch_size, progress=progress)
+        results = evaluate_splits(model, splits, n=args.n, batch_size=batch_size, progress=progress)
     if args.json:
         print(json.dumps({name: r.to_dict() for name, r in results.items()}, indent=2))
         return 0

@@ -142,8 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluate the sequences of a .jsonl/.parquet file instead of the canonical splits")
     p.add_argument("-n", type=positive_int, default=None,
                    help="first n sequences of each split, or of --data (default: all; automaton models: 1000)")
-    p.add_argument("--batch-size", type=positive_int, default=64,
-                   help="a batch holds at most this many sequences' worth of tokens")
+    p.add_argument("--batch-size", type=positive_int, default=None,
+                   help="a batch holds at most this many sequences' worth of tokens (default: "
+                        "interp.evaluate.BATCH_SIZE, the fastest measured on the CPU)")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")

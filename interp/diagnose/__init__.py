@@ -57,13 +57,13 @@ from interp.diagnose.report import Figures, render_html
 from interp.diagnose.run import LengthRun, attention_hooks, errors_by_dependency, run_lengths
 from interp.diagnose.sections import report_sections
 from interp.diagnose.summary import ATTENTION_FIELDS, FIELDS, Diagnosis, attention_fields, plain, tidy_frame
-from interp.evaluate import checkpoint_task, evaluate_reads
+from interp.evaluate import BATCH_SIZE, checkpoint_task, evaluate_reads
 from interp.metrics import DEFAULT_LENGTHS
 
 
 def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse", "dense"), n: int | None = 32,
              lengths: Sequence[int] = DEFAULT_LENGTHS, n_cache_sequences: int = 2, sink_keys: Sequence[int] = (0, 1, 2, 3),
-             sink_threshold: float = 0.3, heatmap_tokens: int = 128, batch_size: int = 16,
+             sink_threshold: float = 0.3, heatmap_tokens: int = 128, batch_size: int = BATCH_SIZE,
              device: str = "cpu") -> Diagnosis:
     """Diagnose a checkpoint and write report.html, metrics.json, metrics.csv, glitches.csv
     and PNGs into ``out_dir`` (see the module docstring). ``n``: sequences per split (None:

@@ -100,7 +100,7 @@ def glitch_lengths_figure(reads: pd.DataFrame, model_name: str, split: str) -> P
 })
 def figure_glitch_lengths(load: Loader, n: int = GLITCH_SEQUENCES, split: str = "sparse") -> list[PaperFigure]:
     """Flip-flop paper Fig. 12 (right) for rope-mech on the first ``n`` sequences of ``split``."""
-    _, reads = evaluate_reads(load(ROPE), [split], n, batch_size=64)
+    _, reads = evaluate_reads(load(ROPE), [split], n)
     return [glitch_lengths_figure(reads, ROPE, split)]
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from interp.evaluate import ReadPredictions, predict_reads
+from interp.evaluate import BATCH_SIZE, ReadPredictions, predict_reads
 from interp.tasks import IGNORE, ONE, WRITE, ZERO, last_write_positions
 
 LONG_GAP = 96        # tokens from the last write to the read: sparse; under FFL(0.8), P = 0.9^47 = 0.0071
@@ -79,7 +79,7 @@ def training_length(model) -> int | None:
     return getattr(model.cfg, "n_ctx", None)
 
 
-def verify(model, sequences: list[np.ndarray], batch_size: int = 64) -> tuple[list[np.ndarray], pd.DataFrame]:
+def verify(model, sequences: list[np.ndarray], batch_size: int = BATCH_SIZE) -> tuple[list[np.ndarray], pd.DataFrame]:
     """The sequences that :func:`~interp.evaluate.predict_reads` gets wrong when they are scored
     as ``glitchlens eval --data`` scores a file of them: grouped by length, each group in its
     order, at ``batch_size``. Returns them (shortest first, the order of the files

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from kernels.common import MASK_FILL, suffix_sum_from_prefix
-from kernels.rows import future_keys, heads_first, softmax_rows
+from kernels.rows import heads_first, mask_future_, softmax_rows
 
 
 class CoPERule:
@@ -16,9 +16,7 @@ class CoPERule:
 
     @staticmethod
     def logits(S, rows, q, pos_emb, for_backward=True):
-        g = torch.sigmoid(S)                                                   # eq. 3
-        diagonal, future = future_keys(g, rows)
-        diagonal.masked_fill_(future, 0.0)
+        g = mask_future_(torch.sigmoid(S), rows)                               # eq. 3
         p = suffix_sum_from_prefix(g)                                          # eq. 4
         clamped = p > pos_emb.shape[0] - 1 if for_backward else None
         p.clamp_(max=pos_emb.shape[0] - 1)
@@ -32,7 +30,7 @@ class CoPERule:
         lo = lo.long()
         z_step = z_steps.gather(-1, lo)
         logits = S.add_(z_int.gather(-1, lo)).addcmul_(w, z_step)             # eq. 8-9
-        logits[..., rows.start:].masked_fill_(future, MASK_FILL)
+        mask_future_(logits, rows, MASK_FILL)
         if not for_backward:
             return logits, None, None
         return logits, None, (g, w, lo, n_emb, z_step.masked_fill_(clamped, 0.0))

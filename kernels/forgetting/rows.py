@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from kernels.common import MASK_FILL
-from kernels.rows import future_keys, per_row, softmax_rows
+from kernels.rows import mask_future_, per_row, softmax_rows
 
 
 class ForgettingRule:
@@ -15,9 +15,7 @@ class ForgettingRule:
 
     @staticmethod
     def logits(S, rows, c):
-        logits = S.add_(c[:, rows, None] - c[:, None, :rows.stop])
-        diagonal, future = future_keys(logits, rows)
-        diagonal.masked_fill_(future, MASK_FILL)
+        logits = mask_future_(S.add_(c[:, rows, None] - c[:, None, :rows.stop]), rows, MASK_FILL)
         return logits, None, None
 
     @staticmethod

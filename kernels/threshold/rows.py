@@ -7,7 +7,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from kernels.common import threshold
-from kernels.rows import future_keys, heads_first, heads_last, inference_blocks, needs_grad, per_row, row_blocks
+from kernels.rows import heads_first, heads_last, inference_blocks, mask_future_, needs_grad, per_row, row_blocks
 
 
 class ThresholdRowsFunction(torch.autograd.Function):
@@ -21,9 +21,7 @@ class ThresholdRowsFunction(torch.autograd.Function):
         R = []
         for q, k in zip(views[0::2], views[1::2]):
             r = torch.bmm(q[heads, rows], k[heads, :rows.stop].transpose(1, 2)).sub_(tau[heads, rows, None]).relu_()
-            diagonal, future = future_keys(r, rows)
-            diagonal.masked_fill_(future, 0.0)
-            R.append(r)
+            R.append(mask_future_(r, rows))
         A = R[0].pow(p)
         if len(R) == 2:
             A.sub_(R[1].pow(p).mul_(lam))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from kernels.common import MASK_FILL, suffix_sum_from_prefix
-from kernels.rows import future_keys, per_row, softmax_rows
+from kernels.rows import mask_future_, per_row, softmax_rows
 
 
 class TRARule:
@@ -15,8 +15,7 @@ class TRARule:
 
     @staticmethod
     def logits(S, rows, log_delta):
-        diagonal, future = future_keys(S, rows)
-        diagonal.masked_fill_(future, 0.0)
+        mask_future_(S, rows)
         M = torch.gt(S, 0, out=torch.empty_like(S))                            # eq. 3-4, as 0/1
         D_bar = suffix_sum_from_prefix(M)                                       # eq. 6 (0 in a row without survivor)
         # Removed keys (S <= 0) get the fill first; adding their (finite) decay leaves them ~ -1e11.
@@ -33,8 +32,7 @@ class TRARule:
         """:meth:`logits` less a constant per row, without D-bar: a survivor's D-bar is
         ``n + 1 - P`` with P the survivors at or before its key and n the row's count, and
         the softmax drops the row's ``(n + 1) log delta_i``; logits ``S - P log delta_i``."""
-        diagonal, future = future_keys(S, rows)
-        diagonal.masked_fill_(future, 0.0)
+        mask_future_(S, rows)
         P = torch.gt(S, 0, out=torch.empty_like(S)).cumsum_(-1)
         logits = torch.nn.functional.threshold_(S, 0.0, MASK_FILL).addcmul_(P, log_delta[:, rows, None], value=-1.0)
         return logits, P[..., -1] == 0
