@@ -174,32 +174,52 @@ def bench_tiles(checkpoint: str, n: int = 8, seq_len: int = 512) -> list[dict]:
             for layer, pattern in maps["pattern"].items()]
 
 
-def forward_flops(cfg, n_pos: int, causal: bool = True) -> int:
+def forward_flops(cfg, n_pos: int, causal: bool = True, last_layer_queries=None) -> int:
     """Multiply-add FLOPs (2 per multiply-add) of one sequence of ``n_pos`` tokens through
     the model, read from its config: per layer the Q, K, V, O projections (and TDA's second
     Q, K, the forget gate of TRA and FoT), SwiGLU's three products, and attention's q k^T
     and A V (TDA two q k^T; CoPE's position logits q e[p] counted like q k^T). ``causal``:
     query i against its i + 1 keys, the useful work; otherwise all ``n_pos`` keys, what the
-    dense references compute. Element-wise work (norms, softmax, masks) is not counted; the
-    unembedding at the reads is left to the caller. The LSTM: its four gates' products."""
+    dense references compute. ``last_layer_queries``: the positions at which the last layer
+    runs when only they are wanted (``normalized_at``): its projections to q, k, v and gates
+    at every position, attention, W_O and the MLP at these. Element-wise work (norms,
+    softmax, masks) is not counted; the unembedding at the reads is left to the caller. The
+    LSTM: its four gates' products."""
     d, n_layers = cfg.d_model, cfg.n_layers
     if cfg.attention is None:
         return n_layers * n_pos * 4 * 2 * (2 * d * d)
-    projections = 4 + 2 * (cfg.attention == "tda")
-    per_token = 2 * d * d * projections + 3 * 2 * d * cfg.d_mlp
+    per_token = 2 * d * d * (3 + 2 * (cfg.attention == "tda"))  # Q, K, V (TDA: and Q2, K2)
     if cfg.attention in ("tra", "fot"):
         per_token += 2 * d * cfg.n_heads
-    pairs = n_pos * (n_pos + 1) // 2 if causal else n_pos * n_pos  # (query, key) pairs
-    key_products = 2 + (cfg.attention in ("tda", "cope"))  # q k^T (x2 for TDA, + q e[p] for CoPE) and A V
-    return n_layers * (n_pos * per_token + pairs * key_products * 2 * d)
+    per_query = 2 * d * d + 3 * 2 * d * cfg.d_mlp  # W_O and the MLP
+    per_pair = (2 + (cfg.attention in ("tda", "cope"))) * 2 * d  # q k^T (x2 for TDA, + q e[p] for CoPE), A V
+
+    def layer(n_queries: int, pairs: int) -> int:
+        return n_pos * per_token + n_queries * per_query + pairs * per_pair
+
+    full = layer(n_pos, n_pos * (n_pos + 1) // 2 if causal else n_pos * n_pos)
+    if last_layer_queries is None:
+        return n_layers * full
+    queries = np.asarray(last_layer_queries, dtype=np.int64)
+    return (n_layers - 1) * full + layer(len(queries), int((queries + 1).sum()))
 
 
 def eval_flops(cfg, lengths, n_reads: int) -> int:
-    """Useful FLOPs of an evaluation: each sequence causally at its scored length
-    (:func:`interp.evaluate.scored_lengths`), plus the unembedding at every read."""
+    """Model FLOPs of an evaluation, the measure of issue 11: each sequence's causal forward
+    at its scored length (:func:`interp.evaluate.scored_lengths`), plus the unembedding at
+    every read; what the evaluation skips inside that forward still counts."""
     counts = np.bincount(np.asarray(lengths, dtype=np.int64))
     return sum(int(c) * forward_flops(cfg, n) for n, c in enumerate(counts) if c and n) \
         + n_reads * 2 * cfg.d_model * cfg.d_vocab
+
+
+def computed_eval_flops(cfg, lengths, mask: np.ndarray) -> int:
+    """The FLOPs an evaluation computes (:func:`eval_flops` less the last layer's work away
+    from the reads, ``mask [n, T]``, which ``normalized_at`` skips); the rows padded to a
+    batch's largest read count are not counted."""
+    reads = [np.flatnonzero(m) for m in mask]
+    return sum(forward_flops(cfg, int(n), last_layer_queries=r) for n, r in zip(lengths, reads) if n) \
+        + int(mask.sum()) * 2 * cfg.d_model * cfg.d_vocab
 
 
 def matmul_rate(m: int, k: int, n: int, repeats: int = 3) -> float:
@@ -246,7 +266,9 @@ EVAL_MODELS = ("tra-mech", "fot-mech", "cope-mech", "tda-mech", "trela-mech", "d
 def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: int = 1024,
                repeats: int = 2, baseline: bool = True) -> tuple[list[dict], dict]:
     """``predict_reads`` on the first ``n`` sequences of ``split`` for pretrained models, in
-    useful GFLOP/s (:func:`eval_flops`) against float32 matmuls at torch's thread count: a
+    model GFLOP/s (:func:`eval_flops`, the causal forward of every scored prefix: issue 11's
+    measure) and in the GFLOP/s of what it computes (:func:`computed_eval_flops`, without the
+    last layer's work away from the reads), against float32 matmuls at torch's thread count: a
     2048 x 2048 square one, measured right before each model's runs (on a shared machine the
     cores' share drifts), is its roofline; one at the model's MLP shape ``[32768, d_model] x
     [d_model, d_mlp]`` and PyTorch's fused causal attention at its head shape
@@ -263,7 +285,9 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
         model = models.load_pretrained(name)
         cfg = model.cfg
         mask = read_mask(tokens[:, :-1])
-        flops = eval_flops(cfg, scored_lengths(model, tokens[:, :-1], mask), int(mask.sum()))
+        lengths = scored_lengths(model, tokens[:, :-1], mask)
+        flops = eval_flops(cfg, lengths, int(mask.sum()))
+        computed = computed_eval_flops(cfg, lengths, mask)
         mlp = f"matmul [32768,{cfg.d_model}]x[{cfg.d_model},{cfg.d_mlp}]"
         if mlp not in rates:
             rates[mlp] = matmul_rate(32768, cfg.d_model, cfg.d_mlp, repeats)
@@ -281,6 +305,7 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
         row = {"model": name, "d_model": cfg.d_model, "eval_s": seconds, "GFLOP/s": flops / seconds / 1e9,
                "square_GFLOP/s": square, "of_roofline": flops / seconds / 1e9 / square,
                "of_mlp_matmul": flops / seconds / 1e9 / rates[mlp],
+               "computed_GFLOP/s": computed / seconds / 1e9, "computed_of_roofline": computed / seconds / 1e9 / square,
                "s_per_1e5": seconds * 1e5 / n}
         if baseline:
             same = bool((legacy_predict_reads(model, tokens) == predictions).all())
@@ -332,7 +357,8 @@ def run(what: str, args) -> int:
         rows, rates = bench_eval(names, n=args.n, repeats=args.repeats, baseline=not args.no_baseline)
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         print("float32 at the models' shapes, GFLOP/s: " + ", ".join(f"{k} {v:.1f}" for k, v in rates.items()))
-        _print_rows(rows, f"glitchlens eval, first {args.n} sparse sequences, useful (causal) FLOPs, roofline = "
+        _print_rows(rows, f"glitchlens eval, first {args.n} sparse sequences, model FLOPs (causal forward of the "
+                          f"scored prefixes) and computed FLOPs (the last layer at the reads only), roofline = "
                           f"2048^2 matmul before each model, {torch.get_num_threads()} threads, load average {load}")
     elif what == "diagnose":
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())

@@ -114,7 +114,9 @@ def predict_reads(model: torch.nn.Module, tokens: np.ndarray, batch_size: int = 
 
     The model sees ``tokens[:, :-1]`` cut after each sequence's last read (see
     :func:`scored_lengths`), in batches of sequences of similar length holding at most
-    ``batch_size * (T - 1)`` tokens, in inference mode. ``attention_impl`` overrides the
+    ``batch_size * (T - 1)`` tokens, in inference mode; the last block runs only at the reads
+    (the model's ``normalized_at``), which changes the margins only by float rounding.
+    ``attention_impl`` overrides the
     model's (default: :func:`_fast_impl`). On the CPU the batches are shared out to
     ``workers`` threads (default: torch's thread count) that run one torch thread each: a
     model this small spends much of its time in operations too short to split across
@@ -142,14 +144,17 @@ def predict_reads(model: torch.nn.Module, tokens: np.ndarray, batch_size: int = 
     def run(rows: np.ndarray) -> int:
         n_pos = int(lengths[rows[0]])
         batch_mask = mask[rows, :n_pos]
+        row, pos = np.nonzero(batch_mask)
+        rank = np.cumsum(batch_mask, axis=1)[batch_mask] - 1  # the read's rank within its sequence
+        # each sequence's reads, padded with its last one to the batch's largest count
+        positions = np.repeat(lengths[rows, None] - 1, batch_mask.sum(axis=1).max(), axis=1)
+        positions[row, rank] = pos
         with torch.inference_mode():
             batch = torch.from_numpy(inputs[rows, :n_pos].astype(np.int64)).to(device)
-            normalized = model(batch, return_type="normalized")
-            logits = model.unembed(normalized[torch.from_numpy(batch_mask).to(device)])
+            normalized = model.normalized_at(batch, torch.from_numpy(positions).to(device))
+            logits = model.unembed(normalized[torch.from_numpy(row).to(device), torch.from_numpy(rank).to(device)])
             out = logits.argmax(-1).cpu().numpy()
             one_over_zero = (logits[:, ONE] - logits[:, ZERO]).float().cpu().numpy()
-        row, _ = np.nonzero(batch_mask)
-        rank = np.cumsum(batch_mask, axis=1)[batch_mask] - 1  # the read's rank within its sequence
         at = first_read[rows[row]] + rank
         predicted[at] = out
         margin[at] = np.where(target[at] == ONE, one_over_zero, -one_over_zero)

@@ -30,6 +30,10 @@ ROWS = 64  # measured at T = 512, mini: 64 and 128 within 3%, 256 about 15% slow
 # stays in cache whatever the batch (at T = 512, one thread: 2^16 to 2^22 within the noise).
 INFERENCE_BLOCK = 1 << 18
 INFERENCE_ROWS = 64
+# A block's query rows: a slice of consecutive positions shared by every sequence-head (the
+# blocks of a forward over every position), or ``[bh, n]`` positions, n per sequence-head, in
+# any order (a forward at chosen queries, :func:`softmax_rows`'s ``positions``).
+Rows = slice | torch.Tensor
 
 
 def row_blocks(n_pos: int, rows: int | None = None) -> list[slice]:
@@ -38,11 +42,13 @@ def row_blocks(n_pos: int, rows: int | None = None) -> list[slice]:
     return [slice(start, min(start + rows, n_pos)) for start in range(0, n_pos, rows)]
 
 
-def mask_future_(x: torch.Tensor, rows: slice, value: float = 0.0) -> torch.Tensor:
+def mask_future_(x: torch.Tensor, rows: Rows, value: float = 0.0) -> torch.Tensor:
     """``x``, a block of ``[query, key]`` maps for query ``rows``, with its future keys (j > i)
-    set to ``value`` in place. Every earlier key is in the past of every row of the block, so
-    only the block's last ``len(rows)`` columns need it; ``tril_`` and an add do it several
-    times faster than ``masked_fill_`` with a broadcast mask."""
+    set to ``value`` in place. For a slice every earlier key is in the past of every row of the
+    block, so only the block's last ``len(rows)`` columns need it; ``tril_`` and an add do it
+    several times faster than ``masked_fill_`` with a broadcast mask."""
+    if isinstance(rows, torch.Tensor):
+        return x.masked_fill_(torch.arange(x.shape[-1], device=x.device) > rows[..., None], value)
     square = x[..., rows.start:].tril_()
     if value:
         n = rows.stop - rows.start
@@ -50,35 +56,64 @@ def mask_future_(x: torch.Tensor, rows: slice, value: float = 0.0) -> torch.Tens
     return x
 
 
+def at_rows(x: torch.Tensor, rows: Rows) -> torch.Tensor:
+    """The values of ``x [bh, pos, ...]`` at a block's query ``rows``: ``[bh, rows, ...]``."""
+    if isinstance(rows, torch.Tensor):
+        return x[torch.arange(x.shape[0], device=x.device)[:, None], rows]
+    return x[:, rows]
+
+
+def past_keys(positions: torch.Tensor, n_keys: int) -> torch.Tensor:
+    """``[batch, 1, n, key]`` bool, True where key j <= the query at ``positions [batch, n]``:
+    the causal mask of chosen queries, for ``scaled_dot_product_attention``."""
+    return (torch.arange(n_keys, device=positions.device) <= positions[..., None])[:, None]
+
+
+def key_count(rows: Rows) -> int:
+    """How many keys a block of query ``rows`` reads: those up to its last query."""
+    return int(rows.max()) + 1 if isinstance(rows, torch.Tensor) else rows.stop
+
+
 def needs_grad(*tensors: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def inference_blocks(n_bh: int, n_pos: int):
-    """``(heads, rows)`` slices for a forward without backward: blocks of query rows over
+def inference_blocks(n_bh: int, n_pos: int, positions: torch.Tensor | None = None):
+    """``(heads, rows, out)`` slices for a forward without backward: blocks of query rows over
     only as many sequence-heads as keep a block's scores near :data:`INFERENCE_BLOCK`
-    elements, the sequence-heads outermost so their keys and values stay in cache."""
+    elements, the sequence-heads outermost so their keys and values stay in cache. ``rows``
+    are consecutive blocks of every position, or with ``positions [bh, n]`` those positions
+    (one block per chunk of sequence-heads); ``out`` indexes the block's rows in the output."""
+    if positions is not None:
+        chunk = max(1, INFERENCE_BLOCK // (positions.shape[1] * n_pos))
+        for lo in range(0, n_bh, chunk):
+            heads = slice(lo, min(lo + chunk, n_bh))
+            yield heads, positions[heads], slice(None)
+        return
     chunk = max(1, INFERENCE_BLOCK // (INFERENCE_ROWS * n_pos))
     for lo in range(0, n_bh, chunk):
         for rows in row_blocks(n_pos, INFERENCE_ROWS):
-            yield slice(lo, min(lo + chunk, n_bh)), rows
+            yield slice(lo, min(lo + chunk, n_bh)), rows, rows
 
 
-def softmax_rows_inference(rule, q, k, v, *inputs) -> torch.Tensor:
+def softmax_rows_inference(rule, q, k, v, *inputs, positions: torch.Tensor | None = None) -> torch.Tensor:
     """:class:`SoftmaxRowsFunction`'s forward when no gradient is wanted: nothing is kept for
     a backward, blocks stay cache-sized (:func:`inference_blocks`), and a rule may compute its
-    logits up to a constant per row (``inference_logits``), which the softmax ignores."""
-    z = torch.empty_like(v)
+    logits up to a constant per row (``inference_logits``), which the softmax ignores. With
+    ``positions [bh, n]`` only the rows of those queries: ``z [bh, n, d]``."""
+    n_rows = q.shape[1] if positions is None else positions.shape[1]
+    z = v.new_empty(v.shape[0], n_rows, v.shape[-1])
     logits_of = getattr(rule, "inference_logits", None)
-    for heads, rows in inference_blocks(q.shape[0], q.shape[1]):
-        S = torch.bmm(q[heads, rows], k[heads, :rows.stop].transpose(1, 2))
+    for heads, rows, out_rows in inference_blocks(q.shape[0], k.shape[1], positions):
+        n_keys = key_count(rows)
+        S = torch.bmm(at_rows(q[heads], rows), k[heads, :n_keys].transpose(1, 2))
         block_inputs = [x[heads] if batched else x for x, batched in zip(inputs, rule.BATCHED)]
         if logits_of is None:
             logits, empty_rows, _ = rule.logits(S, rows, *block_inputs)
         else:
             logits, empty_rows = logits_of(S, rows, *block_inputs)
-        out = z[heads, rows]
-        torch.bmm(softmax_weights(logits, None), v[heads, :rows.stop], out=out)
+        out = z[heads, out_rows]
+        torch.bmm(softmax_weights(logits, None), v[heads, :n_keys], out=out)
         if empty_rows is not None and empty_rows.any():  # a row without a key attends to nothing
             out.masked_fill_(empty_rows[..., None], 0.0)
     return z
@@ -140,9 +175,10 @@ def heads_first(x: torch.Tensor) -> torch.Tensor:
 
 
 def heads_last(z: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`heads_first`, in ``like``'s dtype."""
-    B, T, H, D = like.shape
-    return z.reshape(B, H, T, D).transpose(1, 2).to(like.dtype)
+    """Inverse of :func:`heads_first`, in ``like``'s dtype (``like`` gives the batch and head
+    counts; z may hold fewer positions, the rows of chosen queries)."""
+    B, _, H, D = like.shape
+    return z.reshape(B, H, -1, D).transpose(1, 2).to(like.dtype)
 
 
 def per_row(x: torch.Tensor) -> torch.Tensor:
@@ -150,14 +186,23 @@ def per_row(x: torch.Tensor) -> torch.Tensor:
     return upcast(x).reshape(-1, x.shape[-1])
 
 
-def softmax_rows(rule, q, k, v, *inputs) -> torch.Tensor:
+def per_head(positions: torch.Tensor | None, n_heads: int) -> torch.Tensor | None:
+    """Query ``positions [batch, n]`` -> ``[batch * head, n]``, the rows' layout."""
+    return None if positions is None else positions.repeat_interleave(n_heads, dim=0)
+
+
+def softmax_rows(rule, q, k, v, *inputs, positions: torch.Tensor | None = None) -> torch.Tensor:
     """``z [batch, pos, head, d]`` of a softmax mechanism from q, k, v ``[batch, pos, head, d]``
     and its rule's ``inputs`` (already in the rows' layout). q is scaled by 1/sqrt(d) before
-    the products (cheaper than scaling each block of S)."""
+    the products (cheaper than scaling each block of S). With query ``positions [batch, n]``
+    (a forward without gradients) only the rows of those queries: ``z [batch, n, head, d]``."""
     with torch.autocast(q.device.type, enabled=False):
         q_scaled = heads_first(q) * q.shape[-1] ** -0.5
         if needs_grad(q, k, v, *inputs):
+            if positions is not None:
+                raise ValueError("attention at chosen query positions computes no gradient: run it under no_grad")
             z = SoftmaxRowsFunction.apply(rule, q_scaled, heads_first(k), heads_first(v), *inputs)
         else:
-            z = softmax_rows_inference(rule, q_scaled, heads_first(k), heads_first(v), *inputs)
+            z = softmax_rows_inference(rule, q_scaled, heads_first(k), heads_first(v), *inputs,
+                                       positions=per_head(positions, q.shape[2]))
     return heads_last(z, v)

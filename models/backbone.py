@@ -21,6 +21,7 @@ from transformer_lens import FactoredMatrix, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from kernels.common import upcast
+from kernels.rows import at_rows
 from models.attention import get_attention_class
 from models.config import ModelConfig
 from models.lens import HookedModelMixin
@@ -112,6 +113,15 @@ class Block(nn.Module):
             rows = resid.reshape(-1, resid.shape[-1]).split(MLP_CHUNK_ROWS)
             return torch.cat([self.mlp_half(part) for part in rows]).view_as(resid)
         return self.mlp_half(resid)
+
+    def forward_at(self, resid: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``forward(resid)`` at ``positions [batch, n]`` only, ``[batch, n, d_model]``: the
+        attention reads keys and values at every position (:meth:`Attention.forward_at`), the
+        rest of the block runs at those positions alone. Without gradients or hooks
+        (:meth:`GlitchLensTransformer.normalized_at` checks)."""
+        normed = self.ln1(resid)
+        stream = normed if self.normalise_stream else resid
+        return self.mlp_half(at_rows(stream, positions) + self.attn.forward_at(normed, positions))
 
     def mlp_half(self, resid: torch.Tensor) -> torch.Tensor:
         normed = self.ln2(resid)
@@ -277,6 +287,22 @@ class GlitchLensTransformer(HookedModelMixin, HookedRootModule):
                 resid = block(resid)
         normalized = self.ln_final(resid)
         return normalized if return_type == "normalized" else self.unembed(normalized)
+
+    def normalized_at(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``forward(tokens, "normalized")`` at ``positions [batch, n]`` (each row's positions
+        in any order, repeats allowed): ``[batch, n, d_model]``, for unembedding the reads.
+
+        The last block computes only what those positions need: its keys and values at every
+        position, its queries, MLP and norms at these (:meth:`Block.forward_at`); the blocks
+        before it are unchanged. So the result equals the full forward's up to float rounding.
+        With a gradient wanted, in training mode or with any hook attached, the full forward
+        runs and is indexed, so that hooks see every position as they always do."""
+        if torch.is_grad_enabled() or self.training or not tokens.numel() or self.has_active_hooks():
+            return super().normalized_at(tokens, positions)
+        resid = self.embed(tokens)
+        for block in self.blocks[:-1]:
+            resid = block(resid)
+        return self.ln_final(self.blocks[-1].forward_at(resid, positions))
 
     def unembed(self, normalized: torch.Tensor) -> torch.Tensor:
         return normalized @ self.W_U

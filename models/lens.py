@@ -21,6 +21,7 @@ import torch
 from transformer_lens import ActivationCache
 from transformer_lens.utilities import get_act_name
 
+from kernels.rows import at_rows
 from models.tokens import FLIPFLOP_VOCAB, as_token_ids
 
 
@@ -122,6 +123,16 @@ class HookedModelMixin:
         module = super()._apply(fn, *args, **kwargs)
         self.cfg.device = self.W_E.device
         return module
+
+    def normalized_at(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``forward(tokens, "normalized")`` at ``positions [batch, n]``: ``[batch, n, d_model]``
+        (the evaluation unembeds the reads from it). Here the full forward, indexed; a model may
+        compute less (the transformer's last block runs only at these positions)."""
+        return at_rows(self(tokens, return_type="normalized"), positions)
+
+    def has_active_hooks(self) -> bool:
+        """Whether any of the model's hook points has a hook attached."""
+        return any(hook.has_hooks() for hook in self.hook_dict.values())
 
     def run_with_cache(self, *args, **kwargs) -> tuple[torch.Tensor, GlitchLensCache]:
         """``HookedRootModule.run_with_cache``, returning a :class:`GlitchLensCache`."""

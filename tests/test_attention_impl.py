@@ -15,6 +15,7 @@ import kernels.rows
 from kernels.threshold.rows import ThresholdRowsFunction
 from models import ModelConfig, build_model
 from models.attention import REGISTRY
+from models.config import MODEL_FAMILIES
 from support import assert_same_model, models_with
 
 ROWS_MODELS = models_with("rows")
@@ -139,3 +140,54 @@ def test_inference_forward_equals_reference_and_keeps_nothing(name, monkeypatch,
         assert (reference(x) - rows(x)).abs().max() < 1e-4
     with torch.no_grad():
         assert (reference(x) - rows(x)).abs().max() < 1e-4
+
+
+def query_positions(batch: int, n_pos: int, n: int = 7, seed: int = 3) -> torch.Tensor:
+    """``[batch, n]`` query positions in no order, with repeats, the first and the last."""
+    positions = torch.randint(0, n_pos, (batch, n), generator=torch.Generator().manual_seed(seed))
+    positions[:, 0], positions[0, 1], positions[:, 2] = n_pos - 1, 0, positions[:, 3]
+    return positions
+
+
+@pytest.mark.parametrize("name", list(MODEL_FAMILIES))
+def test_normalized_at_equals_the_full_forward_there(name, monkeypatch, model_pair, tokens):
+    """The last block at chosen queries only (the evaluation's reads) gives the full
+    forward's final states there, with the rows' blocks over a few sequence-heads. A
+    transformer never runs its last attention layer's full forward for it."""
+    monkeypatch.setattr(kernels.rows, "INFERENCE_BLOCK", 7 * 70 * 3)
+    reference, model = model_pair(name, "auto", n_ctx=80)
+    reference.eval(), model.eval()
+    if name != "lstm":
+        monkeypatch.setattr(model.blocks[-1].attn, "forward", None)
+    x, positions = tokens(4, 70, seed=2), query_positions(4, 70)
+    with torch.inference_mode():
+        expected = kernels.rows.at_rows(reference(x, return_type="normalized"), positions)
+        assert (model.normalized_at(x, positions) - expected).abs().max() < 1e-4
+
+
+def test_normalized_at_runs_the_full_forward_for_hooks_and_gradients(model_pair, tokens):
+    _, model = model_pair("tra", "auto")
+    x, positions = tokens(2, 37), query_positions(2, 37)
+    with torch.no_grad():
+        expected = kernels.rows.at_rows(model.eval()(x, return_type="normalized"), positions)
+    seen = []
+    model.blocks[-1].attn.hook_z.add_hook(lambda z, hook: seen.append(z.shape))
+    with torch.no_grad():
+        torch.testing.assert_close(model.normalized_at(x, positions), expected)
+    assert seen == [(2, 37, 2, 16)]  # the hook saw every position
+    model.reset_hooks()
+    out = model.normalized_at(x, positions)
+    out.square().sum().backward()
+    torch.testing.assert_close(out.detach(), expected)
+    assert model.blocks[-1].attn.W_Q.grad.abs().sum() > 0
+
+
+def test_rows_at_positions_refuse_gradients_and_zero_rows_without_survivors():
+    from kernels.tra.rows import tra_rows
+
+    q = torch.ones(1, 9, 1, 4)
+    v, log_delta, positions = torch.randn(1, 9, 1, 4), torch.zeros(1, 1, 9), torch.tensor([[8, 0, 3]])
+    with torch.no_grad():  # every score is negative: no key survives the threshold
+        assert tra_rows(q, -q, v, log_delta, positions=positions).abs().max() == 0
+    with pytest.raises(ValueError, match="no gradient"):
+        tra_rows(q.requires_grad_(), -q, v, log_delta, positions=positions)

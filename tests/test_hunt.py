@@ -18,6 +18,7 @@ from interp.hunt import (
 from interp.tasks import (
     D_VOCAB, ONE, READ, ZERO, check_tokens, last_write_positions, parse_sequence, read_sequences, sample_ffl,
 )
+from kernels.rows import at_rows
 from models import ModelConfig, build_model
 
 
@@ -43,6 +44,9 @@ class Oracle(torch.nn.Module):
         logits[..., ONE] = torch.where(torch.from_numpy(stored), margin / 2, -margin / 2).float()
         logits[..., ZERO] = -logits[..., ONE]
         return logits + 0 * self.anchor
+
+    def normalized_at(self, tokens, positions):
+        return at_rows(self(tokens), positions)
 
     def unembed(self, normalized):
         return normalized

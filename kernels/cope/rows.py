@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from kernels.common import MASK_FILL, suffix_sum_from_prefix
-from kernels.rows import heads_first, mask_future_, softmax_rows
+from kernels.rows import at_rows, heads_first, mask_future_, softmax_rows
 
 
 class CoPERule:
@@ -24,7 +24,7 @@ class CoPERule:
         # Only the embeddings up to the block's largest position are read: z_int[p] and the
         # step to z_int[p + 1] (0 past the table's end, where p is clamped and w = 0).
         n_emb = min(pos_emb.shape[0], int(lo.max()) + 2)
-        z_int = q[:, rows] @ pos_emb[:n_emb].T                                 # eq. 7
+        z_int = at_rows(q, rows) @ pos_emb[:n_emb].T                                 # eq. 7
         z_steps = torch.nn.functional.pad(z_int.diff(dim=-1), (0, 1))
         w = p.sub_(lo)
         lo = lo.long()
@@ -57,8 +57,9 @@ class CoPERule:
         return dg.mul_(g).mul_(1 - g).add_(dL)
 
 
-def cope_rows(q, k, v, pos_emb) -> torch.Tensor:
+def cope_rows(q, k, v, pos_emb, positions=None) -> torch.Tensor:
     """CoPE's ``z`` (gates from q . k) from q, k, v and the layer's ``pos_emb [p_max, d]``:
-    :func:`kernels.cope.reference.cope_reference`'s without separate gate keys."""
+    :func:`kernels.cope.reference.cope_reference`'s without separate gate keys (at query
+    ``positions [batch, n]`` only, if given: :func:`kernels.rows.softmax_rows`)."""
     q_rows = heads_first(q)
-    return softmax_rows(CoPERule, q, k, v, q_rows, pos_emb.to(q_rows.dtype))
+    return softmax_rows(CoPERule, q, k, v, q_rows, pos_emb.to(q_rows.dtype), positions=positions)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from kernels.common import MASK_FILL
-from kernels.rows import mask_future_, per_row, softmax_rows
+from kernels.rows import at_rows, mask_future_, per_row, softmax_rows
 
 
 class ForgettingRule:
@@ -15,7 +15,7 @@ class ForgettingRule:
 
     @staticmethod
     def logits(S, rows, c):
-        logits = mask_future_(S.add_(c[:, rows, None] - c[:, None, :rows.stop]), rows, MASK_FILL)
+        logits = mask_future_(S.add_(at_rows(c, rows)[..., None] - c[:, None, :S.shape[-1]]), rows, MASK_FILL)
         return logits, None, None
 
     @staticmethod
@@ -26,7 +26,8 @@ class ForgettingRule:
         return dL
 
 
-def forgetting_rows(q, k, v, log_f) -> torch.Tensor:
+def forgetting_rows(q, k, v, log_f, positions=None) -> torch.Tensor:
     """FoT's ``z`` from q, k, v and ``log_f [batch, head, pos]``:
-    :func:`kernels.forgetting.reference.forgetting_reference`'s."""
-    return softmax_rows(ForgettingRule, q, k, v, per_row(log_f).cumsum(-1))
+    :func:`kernels.forgetting.reference.forgetting_reference`'s (at query ``positions [batch,
+    n]`` only, if given: :func:`kernels.rows.softmax_rows`)."""
+    return softmax_rows(ForgettingRule, q, k, v, per_row(log_f).cumsum(-1), positions=positions)

@@ -7,7 +7,8 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from kernels.common import threshold
-from kernels.rows import heads_first, heads_last, inference_blocks, mask_future_, needs_grad, per_row, row_blocks
+from kernels.rows import (at_rows, heads_first, heads_last, inference_blocks, key_count, mask_future_, needs_grad, per_head,
+                         per_row, row_blocks)
 
 
 class ThresholdRowsFunction(torch.autograd.Function):
@@ -18,10 +19,10 @@ class ThresholdRowsFunction(torch.autograd.Function):
     @staticmethod
     def weights(lam, p, tau, views, heads, rows):
         """A block's weights ``a1 - lam a2`` and the rectified views ``(s - tau)_+``."""
-        R = []
+        R, keys = [], slice(0, key_count(rows))
         for q, k in zip(views[0::2], views[1::2]):
-            r = torch.bmm(q[heads, rows], k[heads, :rows.stop].transpose(1, 2)).sub_(tau[heads, rows, None]).relu_()
-            R.append(mask_future_(r, rows))
+            r = torch.bmm(at_rows(q[heads], rows), k[heads, keys].transpose(1, 2))
+            R.append(mask_future_(r.sub_(at_rows(tau[heads], rows)[..., None]).relu_(), rows))
         A = R[0].pow(p)
         if len(R) == 2:
             A.sub_(R[1].pow(p).mul_(lam))
@@ -64,21 +65,26 @@ class ThresholdRowsFunction(torch.autograd.Function):
         return d_lam, None, d_tau, dv, *d_views
 
 
-def rectified_rows(tau, v, *views, lam=None, p: float = 2.0) -> torch.Tensor:
+def rectified_rows(tau, v, *views, lam=None, p: float = 2.0, positions=None) -> torch.Tensor:
     """``sum_j (a1_ij - lam a2_ij) v_j`` (views ``q1, k1, q2, k2``) or ``sum_j a1_ij v_j``
     (views ``q1, k1``) from unit q, k ``[batch, pos, head, d]``, any ``tau [batch, head, pos]``,
-    v and a scalar ``lam``: the output of trela or TDA before its norm."""
+    v and a scalar ``lam``: the output of trela or TDA before its norm; at query ``positions
+    [batch, n]`` only, if given (a forward without gradients, ``[batch, n, head, d]``)."""
     v_rows = heads_first(v)
     lam = torch.zeros((), dtype=v_rows.dtype, device=v.device) if lam is None else lam.to(v_rows.dtype)
     with torch.autocast(v.device.type, enabled=False):
         args = (lam, float(p), per_row(tau), v_rows, *(heads_first(t) for t in views))
         if needs_grad(tau, v, lam, *views):
+            if positions is not None:
+                raise ValueError("attention at chosen query positions computes no gradient: run it under no_grad")
             z = ThresholdRowsFunction.apply(*args)
         else:  # the forward alone, keeping nothing for a backward, in cache-sized blocks
-            z = torch.empty_like(v_rows)
-            for heads, rows in inference_blocks(*v_rows.shape[:2]):
+            positions = per_head(positions, v.shape[2])
+            z = v_rows.new_empty(v_rows.shape[0], v_rows.shape[1] if positions is None else positions.shape[1],
+                                 v_rows.shape[2])
+            for heads, rows, out_rows in inference_blocks(*v_rows.shape[:2], positions):
                 A, _ = ThresholdRowsFunction.weights(lam, float(p), args[2], args[4:], heads, rows)
-                torch.bmm(A, v_rows[heads, :rows.stop], out=z[heads, rows])
+                torch.bmm(A, v_rows[heads, :key_count(rows)], out=z[heads, out_rows])
     return heads_last(z, v)
 
 
@@ -88,17 +94,18 @@ def _tau(q: torch.Tensor, beta, kappa) -> torch.Tensor:
     return threshold(T, D, torch.as_tensor(beta, device=q.device), kappa).expand(B, H, T)
 
 
-def threshold_rows(q, k, v, beta, kappa=1.0, p: float = 2.0) -> torch.Tensor:
+def threshold_rows(q, k, v, beta, kappa=1.0, p: float = 2.0, positions=None) -> torch.Tensor:
     """trela's output before its norm: :func:`kernels.threshold.reference.threshold_reference`'s
-    (same arguments as :func:`kernels.threshold.triton.threshold_attention`)."""
-    return rectified_rows(_tau(q, beta, kappa), v, q, k, p=p)
+    (same arguments as :func:`kernels.threshold.triton.threshold_attention`, and query
+    ``positions``, as :func:`rectified_rows`)."""
+    return rectified_rows(_tau(q, beta, kappa), v, q, k, p=p, positions=positions)
 
 
-def differential_threshold_rows(q1, k1, q2, k2, v, beta, lam, kappa=1.0, p: float = 2.0) -> torch.Tensor:
+def differential_threshold_rows(q1, k1, q2, k2, v, beta, lam, kappa=1.0, p: float = 2.0, positions=None) -> torch.Tensor:
     """TDA's output before its norm: :func:`kernels.threshold.reference.differential_threshold_reference`'s
     (the arguments of :func:`kernels.threshold.triton.differential_threshold_attention`, with one
-    ``lam`` for every head)."""
+    ``lam`` for every head, and query ``positions``, as :func:`rectified_rows`)."""
     lam = torch.as_tensor(lam, device=v.device)
     if lam.numel() != 1:
         raise ValueError(f"the rows path takes one lambda for all heads, got shape {tuple(lam.shape)}")
-    return rectified_rows(_tau(q1, beta, kappa), v, q1, k1, q2, k2, lam=lam, p=p)
+    return rectified_rows(_tau(q1, beta, kappa), v, q1, k1, q2, k2, lam=lam, p=p, positions=positions)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from kernels.common import MASK_FILL, suffix_sum_from_prefix
-from kernels.rows import mask_future_, per_row, softmax_rows
+from kernels.rows import at_rows, mask_future_, per_row, softmax_rows
 
 
 class TRARule:
@@ -34,11 +34,12 @@ class TRARule:
         the softmax drops the row's ``(n + 1) log delta_i``; logits ``S - P log delta_i``."""
         mask_future_(S, rows)
         P = torch.gt(S, 0, out=torch.empty_like(S)).cumsum_(-1)
-        logits = torch.nn.functional.threshold_(S, 0.0, MASK_FILL).addcmul_(P, log_delta[:, rows, None], value=-1.0)
+        logits = torch.nn.functional.threshold_(S, 0.0, MASK_FILL).addcmul_(P, at_rows(log_delta, rows)[..., None], value=-1.0)
         return logits, P[..., -1] == 0
 
 
-def tra_rows(q, k, v, log_delta) -> torch.Tensor:
+def tra_rows(q, k, v, log_delta, positions=None) -> torch.Tensor:
     """TRA's ``z [batch, pos, head, d]`` from q, k (already normalised/rotated), v and
-    ``log_delta [batch, head, pos]``: :func:`kernels.tra.reference.tra_reference`'s."""
-    return softmax_rows(TRARule, q, k, v, per_row(log_delta))
+    ``log_delta [batch, head, pos]``: :func:`kernels.tra.reference.tra_reference`'s (at query
+    ``positions [batch, n]`` only, if given: :func:`kernels.rows.softmax_rows`)."""
+    return softmax_rows(TRARule, q, k, v, per_row(log_delta), positions=positions)

@@ -42,6 +42,7 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from kernels.common import interpreting, upcast
+from kernels.rows import at_rows
 
 REGISTRY: dict[str, type["Attention"]] = {}
 
@@ -143,10 +144,29 @@ class Attention(nn.Module):
         k = self.hook_k(self.project(x, self.W_K))
         v = self.hook_v(self.project(x, self.W_V))
         z = self.hook_z(self.attend(q, k, v, x))
+        return self.output(z)
+
+    def output(self, z: torch.Tensor) -> torch.Tensor:
+        """``z [batch, pos, head, d_head]`` through ``W_O`` (and ``b_O``): ``[batch, pos, d_model]``."""
         out = torch.einsum("bphd,hdm->bpm", z, self.W_O)
         return out if self.b_O is None else out + self.b_O
 
-    def attend(self, q, k, v, x) -> torch.Tensor:
+    def forward_at(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``forward(x)`` at the queries at ``positions [batch, n]`` only: ``[batch, n, d_model]``.
+
+        q, k, v (and gates) are computed at every position, as keys need them and the
+        mechanisms prepare q with its position; the attention core computes only the rows of
+        the chosen queries where the mechanism has a ``rows`` or ``sdpa`` path and no hook or
+        dropout needs the reference (:meth:`implementation`). Otherwise every row is computed
+        and these are kept. Without gradients only (the evaluation's last block)."""
+        if self.implementation(x.device) == "reference" or not {"rows", "sdpa"} & set(self.IMPLEMENTATIONS):
+            return at_rows(self(x), positions)
+        q, k, v = (self.project(x, W) for W in (self.W_Q, self.W_K, self.W_V))
+        return self.output(self.attend(q, k, v, x, positions))
+
+    def attend(self, q, k, v, x, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``z [batch, pos, head, d_head]``, or with query ``positions [batch, n]`` (from
+        :meth:`forward_at`) ``z [batch, n, head, d_head]`` through :meth:`core`."""
         raise NotImplementedError
 
     def drops_logits(self) -> bool:
@@ -237,10 +257,14 @@ class Attention(nn.Module):
         parameters and options (TDA's beta and lambda, CoPE's position table)."""
         return {}
 
-    def core(self, impl: str) -> Callable:
+    def core(self, impl: str, positions: torch.Tensor | None = None) -> Callable:
         """Implementation ``impl`` of the attention core, with the layer's :meth:`core_options`
-        and, for the reference, its hooks and attention dropout."""
+        and, for the reference, its hooks and attention dropout. With query ``positions`` it
+        is the ``rows`` path (else ``sdpa``), which computes only those queries' rows."""
         options = self.core_options()
+        if positions is not None:
+            impl = "rows" if "rows" in self.IMPLEMENTATIONS else "sdpa"
+            options.update(positions=positions)
         if impl == "reference":
             options.update(hooks=self.hook_points(), drop_logits=self.drop_logits)
         return functools.partial(self.IMPLEMENTATIONS[impl], **options)

@@ -88,6 +88,6 @@ class CoPEAttention(Attention):
     def core_options(self) -> dict:
         return {"pos_emb": self.pos_emb}
 
-    def attend(self, q, k, v, x):
+    def attend(self, q, k, v, x, positions=None):
         gate_keys = {"k_gate": self.hook_k_gate(self.project(x, self.W_G))} if self.options.sep_keys else {}
-        return self.core(self.implementation(q.device))(q, k, v, **gate_keys)
+        return self.core(self.implementation(q.device), positions)(q, k, v, **gate_keys)

@@ -60,6 +60,7 @@ from transformer_lens.hook_points import HookPoint
 
 from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products,
                             through, upcast)
+from kernels.rows import at_rows, past_keys
 from models.attention.base import Attention, register, rms_normalise
 from models.attention.rope import apply_rope
 
@@ -86,22 +87,26 @@ def diff_reference(q1, k1, q2, k2, v, lam, hooks: Hooks = NO_HOOKS, drop_logits=
     return apply_pattern(A, v)
 
 
-def view_output(q, k, v) -> torch.Tensor:
+def view_output(q, k, v, positions=None) -> torch.Tensor:
     """One view's ``softmax(S) V`` ``[batch, pos, head, d_head]`` in float32, through
     ``scaled_dot_product_attention`` (causal, scale 1/sqrt(d_view)): no ``[query, key]``
     tensor is kept. q and k are zero-padded to v's width, which leaves S unchanged: PyTorch's
-    fused CPU kernel needs one head size for all three (otherwise it falls back to the explicit maps)."""
+    fused CPU kernel needs one head size for all three (otherwise it falls back to the explicit maps).
+    With query ``positions [batch, n]``, only those queries' rows."""
     d_view, width = q.shape[-1], v.shape[-1] - q.shape[-1]
+    allowed = None if positions is None else past_keys(positions, k.shape[1])
+    q = q if positions is None else at_rows(q, positions)
     q, k = (F.pad(t, (0, width)) for t in (q, k))
     q, k, v = (upcast(t).transpose(1, 2) for t in (q, k, v))
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=d_view ** -0.5).transpose(1, 2)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=allowed is None,
+                                          scale=d_view ** -0.5).transpose(1, 2)
 
 
-def sdpa_attention(q1, k1, q2, k2, v, lam) -> torch.Tensor:
+def sdpa_attention(q1, k1, q2, k2, v, lam, positions=None) -> torch.Tensor:
     """:func:`diff_reference`'s ``z`` as ``A^(1) V - lambda A^(2) V`` (by linearity), each view
-    through :func:`view_output`."""
+    through :func:`view_output` (at query ``positions [batch, n]`` only, if given)."""
     lam = lam.expand(v.shape[0], v.shape[2])[:, None, :, None]  # [batch, 1, head, 1] to scale z
-    return (view_output(q1, k1, v) - lam * view_output(q2, k2, v)).to(v.dtype)  # eq. 1
+    return (view_output(q1, k1, v, positions) - lam * view_output(q2, k2, v, positions)).to(v.dtype)  # eq. 1
 
 
 @dataclass
@@ -156,9 +161,9 @@ class DiffAttention(Attention):
         return (torch.exp(self.lambda_q1 @ self.lambda_k1) - torch.exp(self.lambda_q2 @ self.lambda_k2)
                 + self.lambda_init)
 
-    def attend(self, q, k, v, x):
+    def attend(self, q, k, v, x, positions=None):
         q1, q2 = (self.rotate(t) for t in q.chunk(2, dim=-1))
         k1, k2 = (self.rotate(t) for t in k.chunk(2, dim=-1))
-        z = self.core(self.implementation(v.device, q, k, v))(q1, k1, q2, k2, v, self.lam())
+        z = self.core(self.implementation(v.device, q, k, v), positions)(q1, k1, q2, k2, v, self.lam())
         # eq. 3: the fixed (1 - lambda_init) factor aligns gradient scale with a softmax Transformer
         return rms_normalise(z, OUTPUT_NORM_EPS) * (1 - self.lambda_init)

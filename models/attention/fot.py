@@ -107,8 +107,8 @@ class FoTAttention(ForgetGated):
         super().__init__(cfg, layer)
         self.hook_decay_bias = HookPoint()
 
-    def attend(self, q, k, v, x):
+    def attend(self, q, k, v, x, positions=None):
         if self.options.rope:
             q, k = apply_rope(q), apply_rope(k)
         log_f = self.log_forget(x)
-        return self.core(self.implementation(v.device))(q, k, v, log_f)
+        return self.core(self.implementation(v.device), positions)(q, k, v, log_f)

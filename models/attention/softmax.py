@@ -16,6 +16,7 @@ from transformer_lens.hook_points import HookPoint
 
 from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products,
                             through, upcast)
+from kernels.rows import at_rows, past_keys
 from models.attention.base import Attention, register
 from models.attention.rope import apply_rope
 
@@ -43,12 +44,17 @@ def softmax_reference(q, k, v, D=None, hooks: Hooks = NO_HOOKS, drop_logits=no_d
     return apply_pattern(A, v)
 
 
-def sdpa_attention(q, k, v, D=None) -> torch.Tensor:
-    """:func:`softmax_reference`'s ``z`` through PyTorch's ``scaled_dot_product_attention``."""
+def sdpa_attention(q, k, v, D=None, positions=None) -> torch.Tensor:
+    """:func:`softmax_reference`'s ``z`` through PyTorch's ``scaled_dot_product_attention``;
+    with query ``positions [batch, n]`` only those queries' rows (``[batch, n, head, d]``)."""
     n_pos = q.shape[1]
-    mask = causal_mask(n_pos, n_pos, q.device)
-    bias = torch.zeros(n_pos, n_pos, device=q.device) if D is None else D
-    bias = bias.masked_fill(~mask, float("-inf")).to(q.dtype)
+    if positions is None:
+        allowed = causal_mask(n_pos, n_pos, q.device)
+    else:
+        q, allowed = at_rows(q, positions), past_keys(positions, n_pos)
+        D = None if D is None else at_rows(D.transpose(1, 2), positions).transpose(1, 2)
+    bias = torch.zeros(allowed.shape, device=q.device) if D is None else D
+    bias = bias.masked_fill(~allowed, float("-inf")).to(q.dtype)
     z = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=bias)
     return z.transpose(1, 2)
 
@@ -94,8 +100,8 @@ class SoftmaxAttention(Attention):
             D = -self.slopes[:, None, None] * distance.float()
         return self.hook_pos_bias(D.expand(batch, -1, -1, -1))
 
-    def attend(self, q, k, v, x):
+    def attend(self, q, k, v, x, positions=None):
         if self.options.rope:
             q, k = apply_rope(q), apply_rope(k)
         D = self.position_bias(q.shape[0], q.shape[1], q.device)
-        return self.core(self.implementation(v.device))(q, k, v, D)
+        return self.core(self.implementation(v.device), positions)(q, k, v, D)

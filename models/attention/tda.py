@@ -121,9 +121,9 @@ class ThresholdAttention(Attention):
         """The raw per-view queries and keys, in the core's argument order."""
         return [q, k]
 
-    def attend(self, q, k, v, x):
+    def attend(self, q, k, v, x, positions=None):
         views = [self.unit(t) for t in self.view_inputs(q, k, x)]
-        z = self.core(self.implementation(v.device))(*views, v)
+        z = self.core(self.implementation(v.device), positions)(*views, v)
         return rms_normalise(z, OUTPUT_NORM_EPS)
 
 

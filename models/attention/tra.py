@@ -74,10 +74,10 @@ class TRAAttention(ForgetGated):
         self.hook_dbar = HookPoint()
         self.hook_log_decay = HookPoint()
 
-    def attend(self, q, k, v, x):
+    def attend(self, q, k, v, x, positions=None):
         if self.options.qk_norm:
             q, k = rms_normalise(q), rms_normalise(k)
         if self.options.rope:
             q, k = apply_rope(q), apply_rope(k)
         log_delta = self.log_forget(x)  # eq. 8, as log delta
-        return self.core(self.implementation(v.device))(q, k, v, log_delta)
+        return self.core(self.implementation(v.device), positions)(q, k, v, log_delta)
