@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: setup
-	$(BIN)/glitchlens train --model fot --preset tiny --steps 300 --seq-len 512 --out $(DEMO)/fot-tiny --overwrite
+	$(BIN)/glitchlens train --model fot --recipe authors-notebook --preset tiny --steps 300 --seq-len 512 --out $(DEMO)/fot-tiny --overwrite
 	$(BIN)/glitchlens eval $(DEMO)/fot-tiny -n 500
 	$(BIN)/glitchlens diagnose $(DEMO)/fot-tiny --out $(DEMO)/fot-tiny/report
 

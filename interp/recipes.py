@@ -88,6 +88,13 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
+# What ``glitchlens train`` and :func:`run_configs` use when no recipe is named: the one that
+# learned on the most seeds (docs/learning-notes.md "Training recipes": at ``mech``, 11 of 15 runs
+# against 3 of 13 for ``llama``). ``ModelConfig`` and ``TrainConfig`` keep ``llama``'s values as
+# their field defaults, so a recipe is always a set of overrides of them.
+DEFAULT_RECIPE = "authors-notebook"
+
+
 def model_overrides(recipe: Recipe, model: str) -> dict[str, Any]:
     """``recipe``'s ModelConfig overrides for ``model``, its attention options included."""
     if model not in recipe.attention_options:
@@ -101,7 +108,7 @@ def get_recipe(name: str) -> Recipe:
     return RECIPES[name]
 
 
-def run_configs(model: str, preset: str, recipe: str = "llama", model_fields: dict[str, Any] | None = None,
+def run_configs(model: str, preset: str, recipe: str = DEFAULT_RECIPE, model_fields: dict[str, Any] | None = None,
                 training: dict[str, Any] | None = None):
     """The ``(ModelConfig, TrainConfig)`` of ``model`` at size ``preset`` trained with ``recipe``:
     the given fields win over the recipe's, attention options key by key, and ``n_ctx`` follows

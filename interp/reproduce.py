@@ -57,8 +57,8 @@ class Scale:
     steps: int
     lr: float
     batch_size: int
+    recipe: str                 # block, init, dropout and optimiser (interp.recipes)
     eval_n: int | None = None   # at most this many sequences of each split (None: the whole split)
-    recipe: str = "llama"       # block, init, dropout and optimiser (interp.recipes)
     eval_every: int = 100       # steps between the quick iid checks that time learning
     seq_len: int = 512
 
@@ -69,7 +69,7 @@ class Scale:
 
 
 SCALES = {
-    "paper": Scale(preset="mini", steps=25_000, lr=1e-4, batch_size=64),
+    "paper": Scale(preset="mini", steps=25_000, lr=1e-4, batch_size=64, recipe="authors-notebook"),
     "cpu": Scale(preset="tiny", steps=1000, lr=1e-3, batch_size=16, eval_n=10_000, recipe="cpu-learning-authors",
                  eval_every=200),
     "learning": Scale(preset="tiny", steps=1000, lr=1e-3, batch_size=16, eval_n=1000, recipe="cpu-learning",

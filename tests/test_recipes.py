@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from interp.cli import build_parser, main, train_configs
-from interp.recipes import RECIPES
+from interp.recipes import DEFAULT_RECIPE, RECIPES
 from interp.reproduce import (Scale, markdown_table, recipes_markdown, reproduce_recipes, reproduce_table1,
                               summarise_runs)
 from models import ModelConfig, build_model, load, save
@@ -95,14 +95,22 @@ def test_cli_recipe_sets_defaults_and_flags_win():
     model_cfg, train_cfg = _parse("--recipe", "authors", "--warmup", "7")
     assert (model_cfg.norm_placement, model_cfg.init, model_cfg.linear_bias) == ("stream", "torch", True)
     assert (train_cfg.weight_decay, train_cfg.warmup, train_cfg.grad_clip) == (0.01, 7, None)
-    model_cfg, train_cfg = _parse("--grad-clip", "none", "--init", "torch")
+    model_cfg, train_cfg = _parse("--recipe", "llama", "--grad-clip", "none", "--init", "torch")
     assert train_cfg.grad_clip is None and model_cfg.init == "torch" and model_cfg.norm_placement == "pre"
-    assert _parse()[1].grad_clip == 1.0 and _parse()[1].warmup == 50
+    assert _parse("--recipe", "llama")[1].grad_clip == 1.0 and _parse("--recipe", "llama")[1].warmup == 50
+
+
+def test_no_recipe_named_is_the_notebook_recipe():
+    """The default recipe is ``authors-notebook`` (docs/learning-notes.md "Training recipes")."""
+    assert DEFAULT_RECIPE == "authors-notebook" and _parse() == _parse("--recipe", DEFAULT_RECIPE)
+    model_cfg, train_cfg = _parse()
+    assert (model_cfg.norm_placement, model_cfg.attention_dropout, model_cfg.mlp_hidden_dropout) == ("stream", 0.01, 0.01)
+    assert (train_cfg.weight_decay, train_cfg.decay_all_parameters, train_cfg.warmup) == (0.01, True, 0)
 
 
 @pytest.mark.integration
 def test_recipe_sweep_tables(tmp_path):
-    scale = Scale(preset="tiny", steps=2, lr=1e-3, batch_size=2, eval_n=3, eval_every=1, seq_len=32)
+    scale = Scale(preset="tiny", steps=2, lr=1e-3, batch_size=2, recipe="llama", eval_n=3, eval_every=1, seq_len=32)
     frame = reproduce_recipes(tmp_path, ("llama", "authors"), ("fot",), seeds=1, jobs=1, scale=scale)
     assert list(frame.recipe) == ["llama", "authors"] and set(frame.columns) >= {"iid", "learned"}
     run = tmp_path / "authors" / "runs" / "fot-seed0"

@@ -7,7 +7,7 @@ from interp.reproduce import PAPER_TABLE1, Scale, reproduce_table1
 
 pytestmark = pytest.mark.integration  # the sweep trains in spawned worker processes
 
-TINY = Scale(preset="tiny", steps=2, lr=1e-3, batch_size=2, eval_n=3)
+TINY = Scale(preset="tiny", steps=2, lr=1e-3, batch_size=2, recipe="llama", eval_n=3)
 
 
 def test_sweep_writes_tables_and_resumes(tmp_path):

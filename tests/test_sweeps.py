@@ -12,7 +12,7 @@ from interp.cli import main
 from interp.reproduce import Scale, sweep
 from interp.sweeps import SweepFailed, ray_session, run_all
 
-QUICK = Scale(preset="tiny", steps=6, lr=1e-3, batch_size=2, eval_n=3, eval_every=3, seq_len=64)
+QUICK = Scale(preset="tiny", steps=6, lr=1e-3, batch_size=2, recipe="llama", eval_n=3, eval_every=3, seq_len=64)
 BROKEN = "nosuchmodel"   # its run fails when it builds its config
 
 

@@ -36,7 +36,7 @@ def _clip_norm(text: str) -> float | str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from interp.recipes import RECIPES
+    from interp.recipes import DEFAULT_RECIPE, RECIPES
     from models import MODEL_NAMES, PRESETS
     from models.config import ATTENTION_IMPLS, INIT_SCHEMES, NORM_PLACEMENTS
     from models.pretrained import ENTRIES, PRETRAINED_DIR
@@ -76,16 +76,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=1000, help="optimiser steps")
     p.add_argument("--batch-size", type=int, default=16, help="sequences per step")
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (linear warm-up, then cosine decay)")
-    p.add_argument("--recipe", choices=list(RECIPES), default="llama",
-                   help="block, init, dropout and optimiser defaults (see interp/recipes.py); explicit flags win")
+    p.add_argument("--recipe", choices=list(RECIPES), default=DEFAULT_RECIPE,
+                   help="block, init, dropout and optimiser defaults (see interp/recipes.py; llama is the "
+                        "Llama-style set-up of the options' own defaults); explicit flags win")
     p.add_argument("--weight-decay", type=float, default=None,
-                   help="AdamW weight decay on matrices (default: the recipe's; llama: 0.1)")
+                   help="AdamW weight decay (default: the recipe's; authors-notebook: 0.01, llama: 0.1)")
     p.add_argument("--decay-all-parameters", action=argparse.BooleanOptionalAction, default=None,
                    help="apply the weight decay to every parameter, biases and norm gains too, as the TRA "
-                        "authors' notebook (default: the recipe's; llama: matrices only)")
-    p.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: the recipe's; llama: 50)")
+                        "authors' notebook (default: the recipe's; authors-notebook: yes, llama: matrices only)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="linear warm-up steps (default: the recipe's; authors-notebook: 0, llama: 50)")
     p.add_argument("--grad-clip", type=_clip_norm, default=None,
-                   help="max gradient norm, or 'none' for no clipping (default: the recipe's; llama: 1.0)")
+                   help="max gradient norm, or 'none' for no clipping (default: the recipe's; authors-notebook: "
+                        "none, llama: 1.0)")
     p.add_argument("--seq-len", type=int, default=512, help="training sequence length; also n_ctx unless --n-ctx")
     p.add_argument("--loss", choices=["clean", "generative"], default="clean",
                    help="clean: only the bit after each r; generative: every next token")
