@@ -2,7 +2,8 @@
 
 A recipe is a pair of overrides, one for :class:`models.ModelConfig` and one for
 :class:`interp.train.TrainConfig`; ``glitchlens train --recipe NAME`` starts from it and
-explicit flags still win. ``llama`` is the project's original set-up. The TRA authors'
+explicit flags still win; with no recipe named it is :data:`DEFAULT_RECIPE`, ``authors-notebook``.
+``llama`` is the project's original set-up, the options' own defaults. The TRA authors'
 released notebook ("TRA_FFL", MOSS submission 96) is offered in two sizes: ``authors`` is
 its block, init and optimiser, the parts first found to differ; ``authors-notebook`` is
 everything of the notebook that the model and training options can express. The
