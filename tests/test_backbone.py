@@ -1,6 +1,7 @@
 """The backbone and the softmax positional variants (NoPE, APE, REL, RoPE, Label, ALiBi), and the
 dropout of the TRA authors' notebook (attention logits, embedding, MLP hidden activation)."""
 
+import math
 
 import pytest
 import torch
@@ -90,6 +91,18 @@ def test_rope_scores_depend_only_on_relative_position():
     s = lambda i, j: (rq[0, i, 0] * rk[0, j, 0]).sum()
     assert torch.allclose(s(7, 3), s(15, 11), atol=1e-5)
     assert torch.allclose(apply_rope(seq_q).norm(dim=-1), seq_q.norm(dim=-1), atol=1e-5)
+
+
+def test_rope_is_the_pairwise_rotation_bit_for_bit():
+    """The whole-row form of apply_rope gives the floats of the pairwise formula, and a hand
+    example: at d_head 2, position 1 turns (1, 0) by one radian."""
+    x = torch.randn(2, 37, 3, 16, generator=torch.Generator().manual_seed(4))
+    angles = torch.arange(37.0)[:, None] * 10_000.0 ** (-torch.arange(8.0) / 8)
+    cos, sin = angles.cos()[None, :, None], angles.sin()[None, :, None]
+    x1, x2 = x[..., :8], x[..., 8:]
+    assert torch.equal(apply_rope(x), torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1))
+    turned = apply_rope(torch.tensor([1.0, 0.0]).expand(1, 2, 1, 2))
+    torch.testing.assert_close(turned[0, :, 0], torch.tensor([[1.0, 0.0], [math.cos(1.0), math.sin(1.0)]]))
 
 
 def test_ape_refuses_inputs_longer_than_its_table():
