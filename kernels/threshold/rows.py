@@ -17,15 +17,17 @@ class ThresholdRowsFunction(torch.autograd.Function):
     q1, k1 are given (lam is then ignored)."""
 
     @staticmethod
-    def weights(lam, p, tau, views, heads, rows):
-        """A block's weights ``a1 - lam a2`` and the rectified views ``(s - tau)_+``."""
+    def weights(lam, p, tau, views, heads, rows, keep_views=True):
+        """A block's weights ``a1 - lam a2`` and the rectified views ``(s - tau)_+``, which a
+        forward without backward (``keep_views=False``) raises to the power in place."""
         R, keys = [], slice(0, key_count(rows))
         for q, k in zip(views[0::2], views[1::2]):
             r = torch.bmm(at_rows(q[heads], rows), k[heads, keys].transpose(1, 2))
             R.append(mask_future_(r.sub_(at_rows(tau[heads], rows)[..., None]).relu_(), rows))
-        A = R[0].pow(p)
+        power = torch.pow if keep_views else torch.Tensor.pow_
+        A = power(R[0], p)
         if len(R) == 2:
-            A.sub_(R[1].pow(p).mul_(lam))
+            A.sub_(power(R[1], p).mul_(lam))
         return A, R
 
     @staticmethod
@@ -83,7 +85,7 @@ def rectified_rows(tau, v, *views, lam=None, p: float = 2.0, positions=None) -> 
             z = v_rows.new_empty(v_rows.shape[0], v_rows.shape[1] if positions is None else positions.shape[1],
                                  v_rows.shape[2])
             for heads, rows, out_rows in inference_blocks(*v_rows.shape[:2], positions):
-                A, _ = ThresholdRowsFunction.weights(lam, float(p), args[2], args[4:], heads, rows)
+                A, _ = ThresholdRowsFunction.weights(lam, float(p), args[2], args[4:], heads, rows, keep_views=False)
                 torch.bmm(A, v_rows[heads, :key_count(rows)], out=z[heads, out_rows])
     return heads_last(z, v)
 
