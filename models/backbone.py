@@ -24,7 +24,7 @@ from kernels.common import upcast
 from kernels.rows import at_rows
 from models.attention import get_attention_class
 from models.config import ModelConfig
-from models.lens import HookedModelMixin
+from models.lens import HookedModelMixin, check_positions
 from models.tokens import as_token_ids
 
 
@@ -299,6 +299,7 @@ class GlitchLensTransformer(HookedModelMixin, HookedRootModule):
         runs and is indexed, so that hooks see every position as they always do."""
         if torch.is_grad_enabled() or self.training or not tokens.numel() or self.has_active_hooks():
             return super().normalized_at(tokens, positions)
+        check_positions(tokens, positions)
         resid = self.embed(tokens)
         for block in self.blocks[:-1]:
             resid = block(resid)

@@ -102,6 +102,18 @@ class GlitchLensCache(ActivationCache):
     get_full_resid_decomposition = needs_additive_stream(ActivationCache.get_full_resid_decomposition)
 
 
+def check_positions(tokens: torch.Tensor, positions: torch.Tensor) -> None:
+    """Refuse query ``positions`` that are not ``[batch, n]`` integers inside ``tokens [batch, T]``."""
+    if not isinstance(positions, torch.Tensor) or positions.dtype.is_floating_point or positions.dim() != 2 \
+            or positions.shape[0] != tokens.shape[0]:
+        raise ValueError(f"positions must be an integer tensor [batch, n] with the tokens' batch of {tokens.shape[0]}, "
+                         f"got {getattr(positions, 'dtype', type(positions).__name__)} "
+                         f"{tuple(getattr(positions, 'shape', ()))}")
+    if positions.numel() and (positions.min() < 0 or positions.max() >= tokens.shape[1]):
+        raise ValueError(f"positions must lie in [0, {tokens.shape[1]}) for {tokens.shape[1]} tokens, got "
+                         f"{int(positions.min())} to {int(positions.max())}")
+
+
 class HookedModelMixin:
     """What the transformer and the LSTM share besides ``HookedRootModule``: the cache, the
     device, the vocabulary and the unembedding as TransformerLens's helpers read them. A model
@@ -128,6 +140,7 @@ class HookedModelMixin:
         """``forward(tokens, "normalized")`` at ``positions [batch, n]``: ``[batch, n, d_model]``
         (the evaluation unembeds the reads from it). Here the full forward, indexed; a model may
         compute less (the transformer's last block runs only at these positions)."""
+        check_positions(tokens, positions)
         return at_rows(self(tokens, return_type="normalized"), positions)
 
     def has_active_hooks(self) -> bool:

@@ -191,3 +191,26 @@ def test_rows_at_positions_refuse_gradients_and_zero_rows_without_survivors():
         assert tra_rows(q, -q, v, log_delta, positions=positions).abs().max() == 0
     with pytest.raises(ValueError, match="no gradient"):
         tra_rows(q.requires_grad_(), -q, v, log_delta, positions=positions)
+
+
+@pytest.mark.parametrize("name", ["tra", "rope", "tda"])
+def test_normalized_at_under_bf16_autocast_stays_near_the_full_forward(name, model_pair, tokens):
+    """Masked keys keep their float32 fill under half-precision autocast: no -inf, no NaN."""
+    _, model = model_pair(name, "auto")
+    x, positions = tokens(2, 37), query_positions(2, 37)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        at = model.eval().normalized_at(x, positions).float()
+        full = kernels.rows.at_rows(model(x, return_type="normalized"), positions).float()
+    assert torch.isfinite(at).all() and (at - full).abs().max() < 0.1
+
+
+@pytest.mark.parametrize("positions, problem", [
+    (torch.tensor([[3, 37]]).expand(2, 2), r"\[0, 37\)"), (torch.tensor([[-1], [0]]), r"\[0, 37\)"),
+    (torch.tensor([[1.0], [2.0]]), "integer"), (torch.tensor([1, 2]), r"\[batch, n\]"),
+    (torch.tensor([[1], [2], [3]]), "batch of 2")])
+def test_normalized_at_refuses_bad_positions(positions, problem, model_pair, tokens):
+    _, model = model_pair("tra", "auto")
+    with torch.no_grad(), pytest.raises(ValueError, match=problem):
+        model.eval().normalized_at(tokens(2, 37), positions)
+    with pytest.raises(ValueError, match=problem):  # the full forward's path checks them too
+        model.train().normalized_at(tokens(2, 37), positions)

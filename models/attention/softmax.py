@@ -56,9 +56,8 @@ def sdpa_attention(q, k, v, D=None, positions=None) -> torch.Tensor:
     else:
         q, allowed = at_rows(q, positions), past_keys(positions, n_pos)
         D = None if D is None else at_rows(D.transpose(1, 2), positions).transpose(1, 2)
-    bias = torch.zeros(allowed.shape, device=q.device) if D is None else D
-    bias = bias.masked_fill(~allowed, float("-inf")).to(q.dtype)
-    z = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=bias)
+    mask = allowed if D is None else D.masked_fill(~allowed, float("-inf")).to(q.dtype)
+    z = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask)
     return z.transpose(1, 2)
 
 
