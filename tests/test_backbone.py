@@ -94,13 +94,15 @@ def test_rope_scores_depend_only_on_relative_position():
 
 
 def test_rope_is_the_pairwise_rotation_bit_for_bit():
-    """The whole-row form of apply_rope gives the floats of the pairwise formula, and a hand
-    example: at d_head 2, position 1 turns (1, 0) by one radian."""
-    x = torch.randn(2, 37, 3, 16, generator=torch.Generator().manual_seed(4))
+    """The whole-row form of apply_rope (its tables repeated over the heads) gives the floats of
+    the pairwise formula, on a contiguous input and on one view of a wider tensor (Diff rotates
+    the halves of its heads), and a hand example: at d_head 2, position 1 turns (1, 0) by one radian."""
+    wide = torch.randn(2, 37, 3, 32, generator=torch.Generator().manual_seed(4))
     angles = torch.arange(37.0)[:, None] * 10_000.0 ** (-torch.arange(8.0) / 8)
     cos, sin = angles.cos()[None, :, None], angles.sin()[None, :, None]
-    x1, x2 = x[..., :8], x[..., 8:]
-    assert torch.equal(apply_rope(x), torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1))
+    for x in (wide[..., :16].contiguous(), wide[..., 16:]):
+        x1, x2 = x[..., :8], x[..., 8:]
+        assert torch.equal(apply_rope(x), torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1))
     turned = apply_rope(torch.tensor([1.0, 0.0]).expand(1, 2, 1, 2))
     torch.testing.assert_close(turned[0, :, 0], torch.tensor([[1.0, 0.0], [math.cos(1.0), math.sin(1.0)]]))
 
