@@ -94,8 +94,9 @@ def test_rope_scores_depend_only_on_relative_position():
 
 
 def test_rope_is_the_pairwise_rotation_bit_for_bit():
-    """The whole-row form of apply_rope gives the floats of the pairwise formula, on a contiguous input and on one view of a wider tensor (Diff rotates
-    the halves of its heads), and a hand example: at d_head 2, position 1 turns (1, 0) by one radian."""
+    """The whole-row form of apply_rope gives the floats of the pairwise formula, on a contiguous
+    input and on one view of a wider tensor (Diff rotates the halves of its heads), and a hand
+    example: at d_head 2, position 1 turns (1, 0) by one radian."""
     wide = torch.randn(2, 37, 3, 32, generator=torch.Generator().manual_seed(4))
     angles = torch.arange(37.0)[:, None] * 10_000.0 ** (-torch.arange(8.0) / 8)
     cos, sin = angles.cos()[None, :, None], angles.sin()[None, :, None]
