@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from kernels import native
+
 
 def _best_time(fn, repeats: int) -> float:
     best = float("inf")
@@ -246,17 +248,18 @@ def attention_rate(n_heads: int, d_head: int, n_pos: int = 511, batch: int = 8, 
 @torch.no_grad()
 def legacy_predict_reads(model, tokens: np.ndarray, batch_size: int = 64) -> np.ndarray:
     """The evaluation loop before issue 11, the baseline of :func:`bench_eval`: full-length
-    batches of 64 under ``no_grad``, the model's own attention implementation, the default
-    thread count. Returns the predictions only."""
+    batches of 64 under ``no_grad``, the model's own attention implementation without the
+    native kernels (which came later), the default thread count. Returns the predictions only."""
     from interp.tasks import read_mask
 
     model.eval()
     mask = read_mask(tokens[:, :-1])
     out = []
-    for lo in range(0, len(tokens), batch_size):
-        batch = torch.from_numpy(tokens[lo:lo + batch_size, :-1].astype(np.int64))
-        normalized = model(batch, return_type="normalized")
-        out.append(model.unembed(normalized[torch.from_numpy(mask[lo:lo + batch_size])]).argmax(-1).numpy())
+    with native.switched_off():
+        for lo in range(0, len(tokens), batch_size):
+            batch = torch.from_numpy(tokens[lo:lo + batch_size, :-1].astype(np.int64))
+            normalized = model(batch, return_type="normalized")
+            out.append(model.unembed(normalized[torch.from_numpy(mask[lo:lo + batch_size])]).argmax(-1).numpy())
     return np.concatenate(out)
 
 
@@ -272,8 +275,10 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
     2048 x 2048 square one, measured right before each model's runs (on a shared machine the
     cores' share drifts), is its roofline; one at the model's MLP shape ``[32768, d_model] x
     [d_model, d_mlp]`` and PyTorch's fused causal attention at its head shape
-    (:func:`attention_rate`) are printed once each. With ``baseline`` also the loop it replaced
-    (:func:`legacy_predict_reads`), whose predictions must be the same."""
+    (:func:`attention_rate`) are printed once each. ``torch_path_s``: the same evaluation with
+    the native kernels switched off (:mod:`kernels.native`; they serve Diff, CoPE, trela and
+    TDA, so for the others the two columns differ by the noise alone). With ``baseline`` also
+    the loop it replaced (:func:`legacy_predict_reads`), whose predictions must be the same."""
     import models
     from interp.evaluate import predict_reads, scored_lengths
     from interp.tasks import load_split, read_mask
@@ -296,15 +301,18 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
             rates[attention] = attention_rate(cfg.n_heads, cfg.d_head, repeats=repeats)
         predictions = predict_reads(model, tokens).predicted
         square = matmul_rate(2048, 2048, 2048, repeats)
-        now, before = [], []
-        for _ in range(repeats):  # the two loops alternate, so that a change in the load falls on both
+        now, torch_path, before = [], [], []
+        for _ in range(repeats):  # the loops alternate, so that a change in the load falls on all of them
             now.append(_best_time(lambda: predict_reads(model, tokens), 1))
+            with native.switched_off():
+                torch_path.append(_best_time(lambda: predict_reads(model, tokens), 1))
             if baseline:
                 before.append(_best_time(lambda: legacy_predict_reads(model, tokens), 1))
         seconds = min(now)
         row = {"model": name, "eval_s": seconds, "GFLOP/s": flops / seconds / 1e9, "square_GFLOP/s": square,
                "of_roofline": flops / seconds / 1e9 / square, "computed_GFLOP/s": computed / seconds / 1e9,
-               "computed_share": computed / seconds / 1e9 / square, "s_per_1e5": seconds * 1e5 / n}
+               "computed_share": computed / seconds / 1e9 / square, "s_per_1e5": seconds * 1e5 / n,
+               "torch_path_s": min(torch_path), "native_gain": min(torch_path) / seconds}
         if baseline:
             same = bool((legacy_predict_reads(model, tokens) == predictions).all())
             legacy = min(before)

@@ -8,6 +8,9 @@
   (the blocks themselves in ``kernels/rows.py``).
 - ``kernels/<op>/triton.py``: its streaming (FlashAttention-style) Triton kernel, never
   materialising the T x T matrix (CoPE has none); the tile helpers in ``kernels/tiles.py``.
+- ``kernels/native.c`` (built and called by ``kernels/native.py``): fused C kernels of the CPU
+  forward without gradients (the evaluation's) for softmax attention, Diff, CoPE, trela and TDA,
+  which the ``rows`` paths call when they can run.
 
 Every implementation of an op takes the same arguments as its reference (``tests/test_op_<op>.py``
 compares them, forward and backward). ``kernels/common.py`` holds what they share (the mask

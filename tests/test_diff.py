@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from kernels import native
 from kernels.common import causal_mask
 from models import ModelConfig
 from models.attention.rope import apply_rope
@@ -89,9 +90,9 @@ def test_lambda_gets_gradient(tokens):
 
 @pytest.mark.parametrize("rope", [True, False])
 def test_inference_through_sdpa_equals_the_maps(rope, monkeypatch, tokens):
-    """Without gradients the two views run through SDPA (``A1 V - lambda A2 V``), and give the
-    model the explicit maps give; with gradients, a hook inside the core, or
-    ``attention_impl="reference"``, the maps are computed."""
+    """Without gradients and without the native kernel the two views run through SDPA
+    (``A1 V - lambda A2 V``), and give the model the explicit maps give; with gradients, a hook
+    inside the core, or ``attention_impl="reference"``, the maps are computed."""
     model = diff_model(n_layers=2, rope=rope).eval()
     x = tokens(2, N_POS)
     with torch.no_grad():
@@ -101,7 +102,7 @@ def test_inference_through_sdpa_equals_the_maps(rope, monkeypatch, tokens):
     sdpa = torch.nn.functional.scaled_dot_product_attention
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
                         lambda *args, **kwargs: calls.append(1) or sdpa(*args, **kwargs))
-    with torch.no_grad():
+    with torch.no_grad(), native.switched_off():
         fast = model(x)
     assert len(calls) == 4, "two views in each of the two layers"
     torch.testing.assert_close(fast, explicit, rtol=1e-5, atol=1e-5)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from kernels import native
 from kernels.common import threshold
 from kernels.rows import (at_rows, heads_first, heads_last, inference_blocks, key_count, mask_future_, needs_grad, per_head,
                          per_row, row_blocks)
@@ -71,7 +72,12 @@ def rectified_rows(tau, v, *views, lam=None, p: float = 2.0, positions=None) -> 
     """``sum_j (a1_ij - lam a2_ij) v_j`` (views ``q1, k1, q2, k2``) or ``sum_j a1_ij v_j``
     (views ``q1, k1``) from unit q, k ``[batch, pos, head, d]``, any ``tau [batch, head, pos]``,
     v and a scalar ``lam``: the output of trela or TDA before its norm; at query ``positions
-    [batch, n]`` only, if given (a forward without gradients, ``[batch, n, head, d]``)."""
+    [batch, n]`` only, if given (a forward without gradients, ``[batch, n, head, d]``). Where the
+    fused C kernel can run (built, CPU, no gradient wanted) it computes the same, 2-3x faster
+    on the core: :func:`kernels.native.threshold_attention`."""
+    if native.usable(tau, v, *views, *([] if lam is None else [lam])):
+        z = native.threshold_attention(tau, v, *views, lam=0.0 if lam is None else float(lam), p=p, positions=positions)
+        return z.to(v.dtype)
     v_rows = heads_first(v)
     lam = torch.zeros((), dtype=v_rows.dtype, device=v.device) if lam is None else lam.to(v_rows.dtype)
     with torch.autocast(v.device.type, enabled=False):

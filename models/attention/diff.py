@@ -16,9 +16,11 @@ also works for ``n_heads = 1`` (the ``tiny`` and ``mech`` presets) and keeps eve
 in the shapes the rest of the toolkit expects. ``d_head`` must be divisible by 4 (RoPE
 rotates each view's ``d_head / 2`` dimensions in pairs).
 
-In evaluation (no gradient wanted, no hook inside the attention core) each view runs through
-``scaled_dot_product_attention`` and the two outputs are subtracted, ``A^(1) V - lambda A^(2) V``
-(:func:`sdpa_attention`); training and every hooked run compute the maps explicitly
+In evaluation (no gradient wanted, no hook inside the attention core) the CPU runs the fused C
+kernel (:func:`kernels.native.diff_attention`, the ``rows`` path); elsewhere, or without a C
+compiler, each view runs through ``scaled_dot_product_attention`` and the two outputs are
+subtracted, ``A^(1) V - lambda A^(2) V`` (:func:`sdpa_attention`). Training and every hooked
+run compute the maps explicitly
 (:func:`diff_reference`). Training keeps the reference, on which the Table 1 runs were trained:
 another path's backward changes the float rounding, and whether a small model learns can hang on it.
 
@@ -58,6 +60,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
+from kernels import native
 from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products,
                             through, upcast)
 from kernels.rows import at_rows, past_keys
@@ -109,6 +112,15 @@ def sdpa_attention(q1, k1, q2, k2, v, lam, positions=None) -> torch.Tensor:
     return (view_output(q1, k1, v, positions) - lam * view_output(q2, k2, v, positions)).to(v.dtype)  # eq. 1
 
 
+def rows_attention(q1, k1, q2, k2, v, lam, positions=None) -> torch.Tensor:
+    """The CPU path: :func:`diff_reference`'s ``z`` through the fused C kernel
+    (:func:`kernels.native.diff_attention`) where it can run (built, CPU, no gradient wanted),
+    else :func:`sdpa_attention`."""
+    if native.usable(q1, k1, q2, k2, v, lam):
+        return native.diff_attention(q1, k1, q2, k2, v, float(lam), positions).to(v.dtype)
+    return sdpa_attention(q1, k1, q2, k2, v, lam, positions)
+
+
 @dataclass
 class DiffOptions:
     rope: bool = True
@@ -130,7 +142,7 @@ class DiffAttention(Attention):
     """
 
     Options = DiffOptions
-    IMPLEMENTATIONS = {"reference": diff_reference, "sdpa": sdpa_attention}
+    IMPLEMENTATIONS = {"reference": diff_reference, "sdpa": sdpa_attention, "rows": rows_attention}
     TRAINS_ON_REFERENCE = True  # see the module docstring
 
     def __init__(self, cfg, layer: int):

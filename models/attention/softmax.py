@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
+from kernels import native
 from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products,
                             through, upcast)
 from kernels.rows import at_rows, past_keys
@@ -61,6 +62,15 @@ def sdpa_attention(q, k, v, D=None, positions=None) -> torch.Tensor:
     return z.transpose(1, 2)
 
 
+def rows_attention(q, k, v, D=None, positions=None) -> torch.Tensor:
+    """The CPU path: :func:`softmax_reference`'s ``z`` through the fused C kernel
+    (:func:`kernels.native.softmax_attention`) where it can run (no bias, built, CPU, no
+    gradient wanted), else :func:`sdpa_attention`."""
+    if D is None and native.usable(q, k, v):
+        return native.softmax_attention(q, k, v, positions).to(v.dtype)
+    return sdpa_attention(q, k, v, D, positions)
+
+
 @register("softmax")
 class SoftmaxAttention(Attention):
     """Causal softmax attention.
@@ -71,14 +81,16 @@ class SoftmaxAttention(Attention):
     ``hook_attn_logits`` is S + D with the future keys at the fill.
 
     Without hooks on the scores or pattern the product runs through
-    ``scaled_dot_product_attention`` (softmax's fast path, whatever the device); with them, or
+    ``scaled_dot_product_attention`` (softmax's fast path, whatever the device), or on the CPU
+    without gradients and without a bias through the fused C kernel (:mod:`kernels.native`,
+    the ``rows`` path, which ``auto`` picks there); with them, or
     with ``attention_impl="reference"``, S and A are computed explicitly so the hooks see (and
     may edit) what the model uses. So is it while attention dropout acts: SDPA's ``dropout_p``
     drops weights after the softmax, not the logits.
     """
 
     Options = SoftmaxOptions
-    IMPLEMENTATIONS = {"reference": softmax_reference, "sdpa": sdpa_attention}
+    IMPLEMENTATIONS = {"reference": softmax_reference, "sdpa": sdpa_attention, "rows": rows_attention}
 
     def __init__(self, cfg, layer: int):
         super().__init__(cfg, layer)

@@ -1,0 +1,274 @@
+/* Fused CPU attention for a forward without backward (the evaluation's): the core of softmax
+ * attention, Diff, CoPE, trela and TDA, with no [query, key] tensor in memory. Built and
+ * loaded by kernels/native.py.
+ *
+ * Work goes by groups of GROUP query rows of one sequence-head, so that each key (a vector of
+ * LANES keys' values of one dimension) loaded from memory serves GROUP rows. Per group:
+ * the scores of every row against the keys up to the group's last query, in registers; the
+ * mechanism's logits and softmax weights, row by row, in loops along the keys that the
+ * compiler vectorises (with glibc's vector expf); the weighted sum of the values.
+ *
+ * Layout, per sequence-head: queries [pos, d] (row-major), keys transposed [d, stride] with
+ * stride a multiple of LANES and zeros past the last key, values [pos, d_value] with d_value
+ * a multiple of LANES. A query at position i reads keys 0..i. `rows` [n_bh, n_rows] names
+ * the query positions, or is NULL for all of them. z [n_bh, n_rows, d_value] gets the output.
+ *
+ * Compiled with -ffast-math (the vector expf, reductions in any order): equal to the PyTorch
+ * paths up to float rounding. Weights past a row's last key are set to exactly zero.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+enum { LANES = 16, GROUP = 4 };
+typedef float vec __attribute__((vector_size(LANES * sizeof(float)), aligned(sizeof(float))));
+
+static int64_t chunks(int64_t n) { return (n + LANES - 1) / LANES; }
+
+/* The positions of the group of rows starting at row r0 (the last row repeated to fill it). */
+static int64_t group_positions(const int64_t *rows, int64_t n_rows, int64_t r0, int64_t i[GROUP]) {
+    int64_t last = 0;
+    for (int r = 0; r < GROUP; r++) {
+        const int64_t row = r0 + r < n_rows ? r0 + r : n_rows - 1;
+        i[r] = rows ? rows[row] : row;
+        last = i[r] > last ? i[r] : last;
+    }
+    return last;
+}
+
+/* s[r][j] = scale * q_r . k_j, keys in n_chunks chunks of LANES (kT [d, stride], s [GROUP][stride]). */
+static void group_scores(const float *q, const int64_t i[GROUP], const float *kT, int64_t d, int64_t stride,
+                         int64_t n_chunks, float scale, float *s) {
+    float scaled[d][GROUP];
+    for (int64_t c = 0; c < d; c++)
+        for (int r = 0; r < GROUP; r++)
+            scaled[c][r] = q[i[r] * d + c] * scale;
+    /* Even and odd dimensions sum apart: twice the independent chains of multiply-adds to keep
+     * the units busy, and a shorter chain of roundings than one running sum. */
+    for (int64_t ch = 0; ch < n_chunks; ch++) {
+        vec even[GROUP] = {0}, odd[GROUP] = {0};
+        const float *k = kT + ch * LANES;
+        int64_t c = 0;
+        for (; c + 1 < d; c += 2) {
+            const vec k0 = *(const vec *)(k + c * stride), k1 = *(const vec *)(k + (c + 1) * stride);
+            for (int r = 0; r < GROUP; r++) {
+                even[r] += scaled[c][r] * k0;
+                odd[r] += scaled[c + 1][r] * k1;
+            }
+        }
+        if (c < d)
+            for (int r = 0; r < GROUP; r++)
+                even[r] += scaled[c][r] * *(const vec *)(k + c * stride);
+        for (int r = 0; r < GROUP; r++)
+            *(vec *)(s + r * stride + ch * LANES) = even[r] + odd[r];
+    }
+}
+
+/* s[j] = exp(s[j] - max s) for j < n; returns their sum. */
+static float exp_shifted(float *restrict s, int64_t n) {
+    float top = s[0];
+    for (int64_t j = 1; j < n; j++)
+        top = fmaxf(top, s[j]);
+    float total = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        s[j] = expf(s[j] - top);
+        total += s[j];
+    }
+    return total;
+}
+
+static void zero_from(float *s, int64_t from, int64_t to) {
+    for (int64_t j = from; j < to; j++)
+        s[j] = 0.0f;
+}
+
+/* z_r = sum_j w[r][j] v_j over the first n keys (v [pos, d_value], w [GROUP][stride]). */
+static void group_values(const float *w, int64_t stride, const float *v, int64_t d_value, int64_t n,
+                         float *z, const int64_t out[GROUP]) {
+    for (int64_t c = 0; c < d_value; c += LANES) {
+        vec acc[GROUP] = {0};
+        for (int64_t j = 0; j < n; j++) {
+            const vec value = *(const vec *)(v + j * d_value + c);
+            for (int r = 0; r < GROUP; r++)
+                acc[r] += w[r * stride + j] * value;
+        }
+        for (int r = 0; r < GROUP; r++)
+            *(vec *)(z + out[r] * d_value + c) = acc[r];
+    }
+}
+
+/* Output rows of the group starting at r0 within sequence-head h (the tail repeats its last). */
+static void group_outputs(int64_t h, int64_t n_rows, int64_t r0, int64_t out[GROUP]) {
+    for (int r = 0; r < GROUP; r++)
+        out[r] = h * n_rows + (r0 + r < n_rows ? r0 + r : n_rows - 1);
+}
+
+/* p[r][j] = sum_{t >= j} p[r][t] in place over the first n entries of the GROUP rows, summed in
+ * double as torch's cumsum does on the CPU (one rounding per entry, where a float running sum
+ * has n); the rows' chains run side by side. */
+static void suffix_sums(float *p, int64_t stride, int64_t n) {
+    double later[GROUP] = {0};
+    for (int64_t j = n - 1; j >= 0; j--)
+        for (int r = 0; r < GROUP; r++) {
+            later[r] += p[r * stride + j];
+            p[r * stride + j] = (float)later[r];
+        }
+}
+
+/* CoPE (Golovneva et al., eq. 3-9, App. B): gates g_j = sigmoid(S_j) from the scaled scores,
+ * positions p_j = sum_{t=j..i} g_t clamped to p_max - 1, the position logit interpolated
+ * between z[floor p] and z[floor p + 1], z[m] = q . e[m] with the unscaled q (eT [d,
+ * e_stride]), added to S before the softmax. */
+int cope_attention(const float *q, const float *kT, const float *v, const float *eT, const int64_t *rows,
+                   int64_t n_bh, int64_t n_pos, int64_t n_rows, int64_t d, int64_t p_max, int64_t d_value,
+                   float scale, float *z) {
+    const int64_t stride = chunks(n_pos) * LANES, e_stride = chunks(p_max) * LANES;
+    float *s = malloc(GROUP * (size_t)(2 * stride + e_stride) * sizeof(float));
+    if (!s)
+        return 1;
+    float *p = s + GROUP * stride, *z_pos = p + GROUP * stride;
+    const float top = (float)(p_max - 1);
+    for (int64_t h = 0; h < n_bh; h++) {
+        const int64_t *head_rows = rows ? rows + h * n_rows : NULL;
+        for (int64_t r0 = 0; r0 < n_rows; r0 += GROUP) {
+            int64_t i[GROUP], out[GROUP];
+            const int64_t n_keys = group_positions(head_rows, n_rows, r0, i) + 1;
+            /* p_j < n, so the interpolation reads the position logits at 0..n only */
+            const int64_t n_emb = n_keys + 1 < p_max ? n_keys + 1 : p_max;
+            group_scores(q + h * n_pos * d, i, kT + h * d * stride, d, stride, chunks(n_keys), scale, s);
+            group_scores(q + h * n_pos * d, i, eT, d, e_stride, chunks(n_emb), 1.0f, z_pos);   /* eq. 7 */
+            for (int r = 0; r < GROUP; r++) {                                                /* eq. 3 */
+                const float *s_r = s + r * stride;
+                float *g = p + r * stride;
+                for (int64_t j = 0; j <= i[r]; j++)
+                    g[j] = 1.0f / (1.0f + expf(-s_r[j]));
+                zero_from(g, i[r] + 1, n_keys);
+            }
+            suffix_sums(p, stride, n_keys);                                                 /* eq. 4 */
+            for (int r = 0; r < GROUP; r++) {                                                /* eq. 8-9 */
+                float *w = s + r * stride;
+                const float *p_r = p + r * stride, *z_r = z_pos + r * e_stride;
+                const int64_t n = i[r] + 1;
+                for (int64_t j = 0; j < n; j++) {
+                    const float p_j = fminf(p_r[j], top);
+                    const int64_t lo = (int64_t)p_j, hi = lo + 1 < p_max ? lo + 1 : lo;
+                    w[j] += z_r[lo] + (p_j - (float)lo) * (z_r[hi] - z_r[lo]);
+                }
+                const float norm = 1.0f / exp_shifted(w, n);
+                for (int64_t j = 0; j < n; j++)
+                    w[j] *= norm;
+                zero_from(w, n, n_keys);
+            }
+            group_outputs(h, n_rows, r0, out);
+            group_values(s, stride, v + h * n_pos * d_value, d_value, n_keys, z, out);
+        }
+    }
+    free(s);
+    return 0;
+}
+
+/* a = (x)_+^p, with the square spelled out (p = 2 is every shipped model's). */
+static void rectified_power(float *restrict x, int64_t n, float p) {
+    if (p == 2.0f) {
+        for (int64_t j = 0; j < n; j++)
+            x[j] = x[j] > 0.0f ? x[j] * x[j] : 0.0f;
+    } else {
+        for (int64_t j = 0; j < n; j++)
+            x[j] = x[j] > 0.0f ? powf(x[j], p) : 0.0f;
+    }
+}
+
+/* What turns one query row's scores into its weights: the mechanism's constants. */
+typedef struct {
+    float lam, p;        /* the second view's weight; the threshold's power */
+    const float *tau;    /* the threshold, [n_bh, n_pos], per sequence-head and query position */
+    int64_t n_pos;
+} Rule;
+
+/* One row's weights, in place in w1, from its n scores w1 (and w2, the second view's, if any)
+ * for query position i of sequence-head h. */
+typedef void (*RowWeights)(float *restrict w1, float *restrict w2, int64_t n, int64_t h, int64_t i,
+                           const Rule *rule);
+
+/* softmax(S1), or Diff's softmax(S1) - lam softmax(S2) (Ye et al., eq. 1). */
+static void softmax_weights(float *restrict w1, float *restrict w2, int64_t n, int64_t h, int64_t i,
+                            const Rule *rule) {
+    (void)h, (void)i;
+    const float a = 1.0f / exp_shifted(w1, n);
+    if (!w2) {
+        for (int64_t j = 0; j < n; j++)
+            w1[j] *= a;
+        return;
+    }
+    const float b = rule->lam / exp_shifted(w2, n);
+    for (int64_t j = 0; j < n; j++)
+        w1[j] = a * w1[j] - b * w2[j];
+}
+
+/* (s1 - tau_i)_+^p, or TDA's (s1 - tau_i)_+^p - lam (s2 - tau_i)_+^p (TDA paper Sec. 4.1-4.2). */
+static void threshold_weights(float *restrict w1, float *restrict w2, int64_t n, int64_t h, int64_t i,
+                              const Rule *rule) {
+    const float tau_i = rule->tau[h * rule->n_pos + i];
+    for (int64_t j = 0; j < n; j++)
+        w1[j] -= tau_i;
+    rectified_power(w1, n, rule->p);
+    if (!w2)
+        return;
+    for (int64_t j = 0; j < n; j++)
+        w2[j] -= tau_i;
+    rectified_power(w2, n, rule->p);
+    for (int64_t j = 0; j < n; j++)
+        w1[j] -= rule->lam * w2[j];
+}
+
+/* z = sum_j w_ij v_j with each row's weights from its scores S = scale * q . k in one view, or in
+ * two (q2 not NULL), by `weights`. */
+static int views_attention(const float *q1, const float *k1T, const float *q2, const float *k2T, const float *v,
+                           const int64_t *rows, int64_t n_bh, int64_t n_pos, int64_t n_rows, int64_t d,
+                           int64_t d_value, float scale, RowWeights weights, const Rule *rule, float *z) {
+    const int64_t stride = chunks(n_pos) * LANES;
+    float *s1 = malloc(2 * GROUP * (size_t)stride * sizeof(float));
+    if (!s1)
+        return 1;
+    float *s2 = s1 + GROUP * stride;
+    for (int64_t h = 0; h < n_bh; h++) {
+        const int64_t queries = h * n_pos * d, keys = h * d * stride;
+        const int64_t *head_rows = rows ? rows + h * n_rows : NULL;
+        for (int64_t r0 = 0; r0 < n_rows; r0 += GROUP) {
+            int64_t i[GROUP], out[GROUP];
+            const int64_t n_keys = group_positions(head_rows, n_rows, r0, i) + 1;
+            group_scores(q1 + queries, i, k1T + keys, d, stride, chunks(n_keys), scale, s1);
+            if (q2)
+                group_scores(q2 + queries, i, k2T + keys, d, stride, chunks(n_keys), scale, s2);
+            for (int r = 0; r < GROUP; r++) {
+                float *w = s1 + r * stride;
+                weights(w, q2 ? s2 + r * stride : NULL, i[r] + 1, h, i[r], rule);
+                zero_from(w, i[r] + 1, n_keys);
+            }
+            group_outputs(h, n_rows, r0, out);
+            group_values(s1, stride, v + h * n_pos * d_value, d_value, n_keys, z, out);
+        }
+    }
+    free(s1);
+    return 0;
+}
+
+/* Causal softmax attention, z = softmax(S) V with S = scale * q . k, or with a second view (q2
+ * not NULL) Diff's z = (softmax(S1) - lam softmax(S2)) V, each view over its d_view dimensions. */
+int softmax_attention(const float *q1, const float *k1T, const float *q2, const float *k2T, const float *v,
+                      const int64_t *rows, int64_t n_bh, int64_t n_pos, int64_t n_rows, int64_t d_view,
+                      int64_t d_value, float scale, float lam, float *z) {
+    const Rule rule = {.lam = lam};
+    return views_attention(q1, k1T, q2, k2T, v, rows, n_bh, n_pos, n_rows, d_view, d_value, scale, softmax_weights,
+                           &rule, z);
+}
+
+/* trela and TDA before the output norm: z = sum_j (a1_ij - lam a2_ij) v_j with a_ij =
+ * (s_ij - tau_i)_+^p and s the unscaled products of the unit q and k; trela when q2 is NULL. */
+int threshold_attention(const float *q1, const float *k1T, const float *q2, const float *k2T, const float *tau,
+                        const float *v, const int64_t *rows, int64_t n_bh, int64_t n_pos, int64_t n_rows, int64_t d,
+                        int64_t d_value, float lam, float p, float *z) {
+    const Rule rule = {.lam = lam, .p = p, .tau = tau, .n_pos = n_pos};
+    return views_attention(q1, k1T, q2, k2T, v, rows, n_bh, n_pos, n_rows, d, d_value, 1.0f, threshold_weights,
+                           &rule, z);
+}

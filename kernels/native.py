@@ -1,0 +1,229 @@
+"""Fused C kernels for the CPU forward without gradients (the evaluation's), ``kernels/native.c``:
+the attention core of softmax attention without a bias (NoPE, APE, Label, RoPE), Diff, CoPE,
+trela and TDA, four query rows at a time, each loop vectorised along the keys.
+
+At the ``mech`` head size (d_head 16, 8 per Diff view) PyTorch's own paths are far from the
+matmul roofline (its fused attention does about 40 GFLOP/s there, of 160-200): each query
+row's products are too short for a matrix library, and every step of a mechanism's chain is a
+separate pass over a ``[query, key]`` block. In C, with the keys transposed, each key vector
+loaded serves four query rows, and the chain runs along one row's keys in cache; the same
+work runs 2-3x faster on the core and lifts the evaluation over half the roofline
+(``glitchlens bench eval`` prints both paths side by side).
+
+The library is compiled on first use with the system's C compiler (``$CC``, default ``cc``;
+``-O3 -march=native -ffast-math``) into ``$GLITCHLENS_CACHE`` (default
+``~/.cache/glitchlens``), keyed by the source, the flags, the compiler and the CPU, and
+written atomically. Without a compiler, or with ``GLITCHLENS_NATIVE=0``, :func:`library` is
+None and the callers run their PyTorch paths (one warning says why). The object is compiled
+with ``-ffast-math`` but linked without it, so that loading the library does not switch the
+process to flush-to-zero arithmetic (which ``-ffast-math`` at link time would).
+
+The wrappers take the models' ``[batch, pos, head, d]`` tensors and query ``positions [batch,
+n]`` (or None: every position), return ``z`` in float32, and split the sequence-heads over
+torch's thread count (the C calls release the GIL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import subprocess
+import tempfile
+import threading
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("native.c")
+COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC", "-std=c11")
+_build_lock = threading.Lock()
+_switched_on = True
+_I64, _F32, _PTR = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+SIGNATURES = {
+    "softmax_attention": [_PTR] * 6 + [_I64] * 5 + [_F32, _F32, _PTR],
+    "cope_attention": [_PTR] * 5 + [_I64] * 6 + [_F32, _PTR],
+    "threshold_attention": [_PTR] * 7 + [_I64] * 5 + [_F32, _F32, _PTR],
+}
+LANES = 16  # native.c's vector width in floats: keys and values are padded to a multiple of it
+
+
+def cache_dir() -> Path:
+    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "glitchlens"
+    return Path(os.environ.get("GLITCHLENS_CACHE") or default)
+
+
+def _cpu_identity() -> str:
+    """What ``-march=native`` compiles for: the architecture and the CPU's feature flags."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    features = next((line for line in lines if line.startswith(("flags", "Features"))), "")
+    return f"{platform.machine()} {features}"
+
+
+def _compile(compiler: str, target: Path) -> None:
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        obj, shared = Path(tmp) / "native.o", Path(tmp) / "native.so"
+        for command in ([compiler, *COMPILE_FLAGS, "-c", str(SOURCE), "-o", str(obj)],
+                        [compiler, "-shared", str(obj), "-o", str(shared), "-lm"]):
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"`{' '.join(command)}` failed:\n{done.stderr.strip()[-2000:]}")
+        os.replace(shared, target)
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """The compiled kernels (built on first use), or None where they cannot be (warned once)."""
+    if os.environ.get("GLITCHLENS_NATIVE", "1") == "0":
+        return None
+    compiler = os.environ.get("CC", "cc")
+    key = hashlib.sha256("\n".join([SOURCE.read_text(), *COMPILE_FLAGS, compiler, _cpu_identity()]).encode())
+    target = cache_dir() / f"native-{key.hexdigest()[:16]}.so"
+    try:
+        with _build_lock:
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                _compile(compiler, target)
+        lib = ctypes.CDLL(str(target))
+    except (OSError, RuntimeError) as error:
+        warnings.warn(f"the native CPU kernels could not be built ({error}); evaluation runs the PyTorch "
+                      "paths instead, 1.3-2x slower. Install a C compiler or set $CC to one "
+                      "(GLITCHLENS_NATIVE=0 silences this).", stacklevel=2)
+        return None
+    for name, argtypes in SIGNATURES.items():
+        getattr(lib, name).argtypes = argtypes
+        getattr(lib, name).restype = ctypes.c_int
+    return lib
+
+
+@contextlib.contextmanager
+def switched_off():
+    """Within it, :func:`usable` is False everywhere and the callers run their PyTorch paths:
+    the benchmarks' side-by-side baseline."""
+    global _switched_on
+    saved, _switched_on = _switched_on, False
+    try:
+        yield
+    finally:
+        _switched_on = saved
+
+
+def usable(*tensors: torch.Tensor) -> bool:
+    """Whether the native kernels can run on ``tensors``: switched on, built, on the CPU, no
+    gradient wanted, and not float64 (kept for gradchecks on the PyTorch paths)."""
+    return (_switched_on and all(t.device.type == "cpu" and t.dtype != torch.float64 for t in tensors)
+            and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+            and library() is not None)
+
+
+def _rows_first(x: torch.Tensor) -> torch.Tensor:
+    """``[batch, pos, head, d]`` -> contiguous float32 ``[batch * head, pos, d]``."""
+    B, T, H, D = x.shape
+    return x.float().transpose(1, 2).reshape(B * H, T, D).contiguous()
+
+
+def _padded(n: int) -> int:
+    return -(-n // LANES) * LANES
+
+
+def _keys_last(x: torch.Tensor) -> torch.Tensor:
+    """``[batch, pos, head, d]`` -> float32 ``[batch * head, d, stride]``, zeros past the last
+    position up to a multiple of :data:`LANES`."""
+    B, T, H, D = x.shape
+    out = x.new_zeros(B * H, D, _padded(T), dtype=torch.float32)
+    out[..., :T] = x.permute(0, 2, 3, 1).reshape(B * H, D, T)
+    return out
+
+
+def _values(v: torch.Tensor) -> torch.Tensor:
+    """``[batch, pos, head, d]`` -> float32 ``[batch * head, pos, d_padded]``, zero columns up to
+    a multiple of :data:`LANES`."""
+    B, T, H, D = v.shape
+    out = v.new_zeros(B * H, T, _padded(D), dtype=torch.float32)
+    out[..., :D] = v.transpose(1, 2).reshape(B * H, T, D)
+    return out
+
+
+def _run(kernel: str, per_head: list[torch.Tensor], shared: list[torch.Tensor], positions: torch.Tensor | None,
+         n_heads: int, sizes: list[int], scalars: list[float], d_value: int) -> torch.Tensor:
+    """Call ``kernel`` on chunks of the sequence-heads, one chunk per torch thread, and return
+    ``z [batch, n_rows, head, d_value]``. ``per_head``: tensors ``[bh, ...]`` that are chunked
+    (or None, passed as NULL), the last of them the padded values; ``shared``: tensors every
+    chunk reads whole."""
+    values = per_head[-1]
+    n_bh, n_pos, width = values.shape
+    rows = None if positions is None else positions.repeat_interleave(n_heads, dim=0).to(torch.int64).contiguous()
+    if rows is not None and rows.numel() and not 0 <= int(rows.min()) <= int(rows.max()) < n_pos:
+        raise IndexError(f"query positions must lie in 0..{n_pos - 1}, got {int(rows.min())}..{int(rows.max())}")
+    n_rows = n_pos if rows is None else rows.shape[1]
+    z = torch.empty(n_bh, n_rows, width)
+    function = getattr(library(), kernel)
+
+    def call(lo: int, hi: int) -> None:
+        if hi == lo or not n_rows:
+            return
+        chunked = [None if t is None else t[lo:hi].data_ptr() for t in per_head]
+        status = function(*chunked, *(t.data_ptr() for t in shared), None if rows is None else rows[lo:hi].data_ptr(),
+                          hi - lo, n_pos, n_rows, *sizes, width, *scalars, z[lo:hi].data_ptr())
+        if status:
+            raise MemoryError(f"{kernel}: could not allocate its row buffers")
+
+    workers = max(1, min(torch.get_num_threads(), n_bh))
+    bounds = [n_bh * w // workers for w in range(workers + 1)]
+    if workers == 1:
+        call(0, n_bh)
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(call, bounds[:-1], bounds[1:]))
+    return z[..., :d_value].reshape(n_bh // n_heads, n_heads, n_rows, d_value).transpose(1, 2)
+
+
+def softmax_attention(q, k, v, positions: torch.Tensor | None = None) -> torch.Tensor:
+    """Causal ``softmax(q k^T / sqrt(d)) V`` ``[batch, pos or n, head, d_head]`` from q, k, v
+    ``[batch, pos, head, d_head]``: :func:`models.attention.softmax.softmax_reference` without
+    a bias, up to float rounding."""
+    d = q.shape[-1]
+    tensors = [_rows_first(q), _keys_last(k), None, None, _values(v)]
+    return _run("softmax_attention", tensors, [], positions, q.shape[2], [d], [d ** -0.5, 0.0], v.shape[-1])
+
+
+def diff_attention(q1, k1, q2, k2, v, lam: float, positions: torch.Tensor | None = None) -> torch.Tensor:
+    """Diff's ``z = (A^(1) - lam A^(2)) V`` ``[batch, pos or n, head, d_head]`` from each view's
+    q and k ``[batch, pos, head, d_view]`` and ``v [batch, pos, head, d_head]``, scale
+    ``1/sqrt(d_view)``: :func:`models.attention.diff.diff_reference` up to float rounding."""
+    d_view = q1.shape[-1]
+    tensors = [_rows_first(q1), _keys_last(k1), _rows_first(q2), _keys_last(k2), _values(v)]
+    return _run("softmax_attention", tensors, [], positions, q1.shape[2], [d_view], [d_view ** -0.5, float(lam)],
+                v.shape[-1])
+
+
+def cope_attention(q, k, v, pos_emb: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    """CoPE's ``z [batch, pos or n, head, d_head]`` (gates from q . k) from q, k, v ``[batch, pos,
+    head, d_head]`` and the layer's ``pos_emb [p_max, d_head]``: :func:`kernels.cope.reference.
+    cope_reference`'s without separate gate keys, up to float rounding."""
+    d, n_heads = q.shape[-1], q.shape[2]
+    table = _keys_last(pos_emb.detach()[None, :, None])
+    return _run("cope_attention", [_rows_first(q), _keys_last(k), _values(v)], [table], positions, n_heads,
+                [d, pos_emb.shape[0]], [d ** -0.5], v.shape[-1])
+
+
+def threshold_attention(tau, v, q1, k1, q2=None, k2=None, lam: float = 0.0, p: float = 2.0,
+                        positions: torch.Tensor | None = None) -> torch.Tensor:
+    """trela's (views ``q1, k1``) or TDA's (``q1, k1, q2, k2``) output before its norm,
+    ``[batch, pos or n, head, d_head]``, from unit q, k ``[batch, pos, head, d]``, v, ``tau
+    [batch, head, pos]`` and one ``lam``: :func:`kernels.threshold.rows.rectified_rows`'s up to
+    float rounding."""
+    n_heads = q1.shape[2]
+    second = [None, None] if q2 is None else [_rows_first(q2), _keys_last(k2)]
+    tensors = [_rows_first(q1), _keys_last(k1), *second, tau.float().reshape(-1, tau.shape[-1]).contiguous(),
+               _values(v)]
+    return _run("threshold_attention", tensors, [], positions, n_heads, [q1.shape[-1]], [float(lam), float(p)],
+                v.shape[-1])

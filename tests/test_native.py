@@ -1,0 +1,247 @@
+"""The fused C kernels (``kernels.native``) against the PyTorch references: every op on awkward
+shapes (T = 1, lengths across the 16-key chunks and the 4-row groups, head sizes that are not
+a multiple of 16, one and three heads, half precision), at chosen query positions in any order,
+split over threads; the paths that dispatch to them; and the build: a missing compiler falls
+back to the PyTorch paths with a warning, a built library is reused, and loading it leaves the
+process's float arithmetic alone."""
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import models
+from interp.evaluate import predict_reads
+from interp.tasks import load_split
+from kernels import native
+from kernels.cope.reference import cope_reference
+from kernels.cope.rows import cope_rows
+from kernels.threshold.reference import differential_threshold_reference, threshold_reference
+from kernels.threshold.rows import differential_threshold_rows, threshold_rows
+from models.attention.diff import diff_reference
+from models.attention.diff import rows_attention as diff_rows
+from models.attention.softmax import rows_attention as softmax_rows
+from models.attention.softmax import softmax_reference
+
+pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler: the native kernels are not built")
+
+
+TOLERANCE = {"rtol": 1e-4, "atol": 1e-4}  # float32 fast paths against their reference (tests/support.check)
+
+
+def unit(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+def draw(batch: int, T: int, heads: int, d: int, seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(batch, T, heads, d, generator=gen) for _ in range(5)]
+
+
+# Each op: its reference on (q, k, v, extras) and its native call, the same arguments.
+def softmax_op(q, k, v, q2, k2, table):
+    return softmax_reference(q, k, v), lambda positions: native.softmax_attention(q, k, v, positions)
+
+
+def diff_op(q, k, v, q2, k2, table):
+    half = q.shape[-1] // 2
+    views = (q[..., :half], k[..., :half], q2[..., :half], k2[..., :half])
+    return (diff_reference(*views, v, torch.tensor(0.7)),
+            lambda positions: native.diff_attention(*views, v, 0.7, positions))
+
+
+def cope_op(q, k, v, q2, k2, table):
+    q, k = 2 * q, 2 * k  # gates away from 1/2, so positions spread over the table
+    return cope_reference(q, k, v, table), lambda positions: native.cope_attention(q, k, v, table, positions)
+
+
+def threshold_op(p):
+    def op(q, k, v, q2, k2, table):
+        q, k = unit(q), unit(k)
+        tau = native_tau(q, beta=0.3)
+        return (threshold_reference(q, k, v, torch.tensor(0.3), p=p),
+                lambda positions: native.threshold_attention(tau, v, q, k, p=p, positions=positions))
+    return op
+
+
+def tda_op(q, k, v, q2, k2, table):
+    q, k, q2, k2 = map(unit, (q, k, q2, k2))
+    tau = native_tau(q, beta=0.3)
+    return (differential_threshold_reference(q, k, q2, k2, v, torch.tensor(0.3), torch.tensor(0.6)),
+            lambda positions: native.threshold_attention(tau, v, q, k, q2, k2, lam=0.6, positions=positions))
+
+
+def native_tau(q: torch.Tensor, beta: float) -> torch.Tensor:
+    from kernels.threshold.rows import _tau
+    return _tau(q, beta, 1.0)
+
+
+OPS = {"softmax": softmax_op, "diff": diff_op, "cope": cope_op, "trela": threshold_op(2.0),
+       "trela-p1.5": threshold_op(1.5), "tda": tda_op}
+# (batch, T, heads, d): one key; lengths across the chunks of 16 keys and groups of 4 rows; head
+# sizes under, over and between multiples of 16 (values are padded to one)
+SHAPES = [(1, 1, 1, 16), (2, 17, 3, 12), (2, 33, 1, 20), (1, 64, 2, 16), (2, 70, 2, 64)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("op", OPS)
+def test_every_position_matches_the_reference(op, shape):
+    """As close to the float64 reference as the float32 reference is, up to a factor of 4 (the
+    kernel sums in another order: CoPE at d_head 64, with position logits of standard deviation
+    16 here, measured 2.3x), plus 1e-5."""
+    B, T, H, D = shape
+    inputs = [*draw(B, T, H, D), torch.randn(T + 1, D, generator=torch.Generator().manual_seed(1))]
+    with torch.no_grad():
+        reference, run = OPS[op](*inputs)
+        exact, _ = OPS[op](*(t.double() for t in inputs))
+        z = run(None)
+    assert z.dtype == torch.float32
+    error, reference_error = ((t.double() - exact).abs().max() for t in (z, reference))
+    assert error <= 4 * reference_error + 1e-5, (error, reference_error)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_chosen_positions_in_any_order_match_the_reference_rows(op):
+    """Rows as the evaluation's last block asks for them: per sequence, out of order, repeated,
+    a count that leaves a partial group of 4."""
+    q, k, v, q2, k2 = draw(3, 40, 2, 16, seed=2)
+    table = torch.randn(41, 16, generator=torch.Generator().manual_seed(1))
+    positions = torch.tensor([[39, 0, 17, 17, 5], [1, 2, 3, 4, 38], [20, 19, 0, 39, 16]])
+    with torch.no_grad():
+        reference, run = OPS[op](q, k, v, q2, k2, table)
+        expected = reference[torch.arange(3)[:, None], positions]
+        torch.testing.assert_close(run(positions), expected, **TOLERANCE)
+        assert run(positions[:, :0]).shape == (3, 0, 2, 16)
+
+
+def test_cope_positions_clamped_to_a_small_table():
+    q, k, v, *_ = draw(2, 50, 2, 16, seed=3)
+    table = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(native.cope_attention(q, k, v, table), cope_reference(q, k, v, table),
+                                   **TOLERANCE)
+
+
+def test_threshold_rows_where_nothing_survives_are_zero():
+    """beta large enough that no key passes tau beyond the first rows: those rows output exactly 0."""
+    q, k, v, q2, k2 = (unit(t) for t in draw(2, 30, 2, 16, seed=4))
+    tau = native_tau(q, beta=50.0)
+    with torch.no_grad():
+        z = native.threshold_attention(tau, v, q, k, q2, k2, lam=0.5)
+        expected = differential_threshold_reference(q, k, q2, k2, v, torch.tensor(50.0), torch.tensor(0.5))
+    assert (z[:, 1:] == 0).all() and (expected[:, 1:] == 0).all()
+    torch.testing.assert_close(z, expected)
+
+
+def test_threads_split_the_sequence_heads_without_changing_a_bit():
+    q, k, v, *_ = draw(3, 45, 3, 16, seed=5)
+    threads = torch.get_num_threads()
+    with torch.no_grad():
+        try:
+            torch.set_num_threads(1)
+            one = native.softmax_attention(q, k, v)
+            torch.set_num_threads(4)
+            four = native.softmax_attention(q, k, v)
+        finally:
+            torch.set_num_threads(threads)
+    assert torch.equal(one, four)
+
+
+def test_positions_out_of_range_are_refused():
+    q, k, v, *_ = draw(1, 8, 1, 16)
+    with torch.no_grad(), pytest.raises(IndexError, match="query positions"):
+        native.softmax_attention(q, k, v, torch.tensor([[8]]))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_inputs_are_computed_in_float32(dtype):
+    q, k, v, *_ = draw(2, 20, 2, 16, seed=6)
+    half = [t.to(dtype) for t in (q, k, v)]
+    with torch.no_grad():
+        z = softmax_rows(*half)
+        expected = softmax_reference(*(t.float() for t in half))
+    assert z.dtype == dtype
+    torch.testing.assert_close(z.float(), expected, rtol=1e-2, atol=1e-2)
+
+
+def test_the_cpu_paths_dispatch_to_the_kernels_only_without_gradients(monkeypatch):
+    """Without gradients each path calls its kernel; with them (training), or switched off,
+    the PyTorch path runs, and gives the same up to float rounding."""
+    calls = []
+    monkeypatch.setattr(native, "_run", lambda *args, run=native._run: calls.append(args[0]) or run(*args))
+    q, k, v, q2, k2 = draw(2, 24, 2, 16, seed=7)
+    beta, lam, table = torch.tensor(0.2), torch.tensor(0.4), torch.randn(25, 16)
+    u = [unit(t) for t in (q, k, q2, k2)]
+    paths = [lambda: softmax_rows(q, k, v), lambda: diff_rows(q[..., :8], k[..., :8], q2[..., :8], k2[..., :8], v, lam),
+             lambda: cope_rows(q, k, v, table), lambda: threshold_rows(u[0], u[1], v, beta),
+             lambda: differential_threshold_rows(*u, v, beta, lam)]
+    for path in paths:
+        with torch.no_grad():
+            fast = path()
+            with native.switched_off():
+                torch.testing.assert_close(fast, path(), **TOLERANCE)
+    assert calls == ["softmax_attention", "softmax_attention", "cope_attention", "threshold_attention",
+                     "threshold_attention"]
+    v.requires_grad_()
+    for path in paths:
+        path().sum().backward()
+    assert len(calls) == 5, "a forward that wants gradients ran a native kernel"
+
+
+@pytest.mark.parametrize("name", ["diff-mech", "cope-mech", "tda-mech", "rope-mech"])
+def test_evaluation_predicts_what_the_pytorch_paths_predict(name):
+    model = models.load_pretrained(name)
+    tokens = load_split("sparse", 24)
+    fast = predict_reads(model, tokens)
+    with native.switched_off():
+        slow = predict_reads(model, tokens)
+    assert np.array_equal(fast.predicted, slow.predicted)
+    np.testing.assert_allclose(fast.margin, slow.margin, rtol=1e-4, atol=1e-4)
+
+
+def test_without_a_compiler_the_pytorch_paths_run(monkeypatch, tmp_path):
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("GLITCHLENS_CACHE", str(tmp_path / "cache"))
+    native.library.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="could not be built.*Install a C compiler"):
+            assert native.library() is None
+        q, k, v, *_ = draw(1, 10, 1, 16)
+        with torch.no_grad():
+            assert not native.usable(q, k, v)
+            torch.testing.assert_close(softmax_rows(q, k, v), softmax_reference(q, k, v), **TOLERANCE)
+        monkeypatch.setenv("GLITCHLENS_NATIVE", "0")
+        native.library.cache_clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert native.library() is None, "GLITCHLENS_NATIVE=0 switches the kernels off, silently"
+    finally:
+        native.library.cache_clear()
+
+
+def test_a_built_library_is_reused_not_rebuilt(monkeypatch, tmp_path):
+    monkeypatch.setenv("GLITCHLENS_CACHE", str(tmp_path))
+    native.library.cache_clear()
+    try:
+        assert native.library() is not None
+        built = list(tmp_path.glob("native-*.so"))
+        assert len(built) == 1 and not list(tmp_path.glob("tmp*")), "one library, no build leftovers"
+        native.library.cache_clear()
+        monkeypatch.setattr(native.subprocess, "run", lambda *a, **k: pytest.fail("rebuilt an existing library"))
+        assert native.library() is not None
+    finally:
+        native.library.cache_clear()
+
+
+def test_loading_the_library_keeps_subnormal_floats():
+    """The object is compiled with -ffast-math but linked without it: a library linked with it
+    would switch the whole process to flush-to-zero on load."""
+    code = ("import numpy as np, torch; from kernels import native; assert native.library() is not None; "
+            "print(float(np.float32(1e-39) * np.float32(0.5)), float(torch.tensor([1e-39]) .mul(0.5)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parents[1]).stdout.split()
+    assert all(float(x) > 0 for x in out), out
