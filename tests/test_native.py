@@ -237,6 +237,7 @@ def test_a_built_library_is_reused_not_rebuilt(monkeypatch, tmp_path):
         native.library.cache_clear()
 
 
+@pytest.mark.integration
 def test_loading_the_library_keeps_subnormal_floats():
     """The object is compiled with -ffast-math but linked without it: a library linked with it
     would switch the whole process to flush-to-zero on load."""
