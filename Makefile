@@ -52,6 +52,6 @@ gpu-specimen: setup
 	@test -n "$(NAME)" || { echo "usage: make gpu-specimen NAME=tra-mini"; exit 2; }
 	status=0; timeout -s INT $(CALL_S) $(BIN)/glitchlens train $$($(BIN)/python -c "import shlex; \
 	    from interp.specimens import specimen; print(shlex.join(specimen('$(NAME)').train_args()))") \
-	    --out $(GPU_RUNS)/$(NAME) --checkpoint-every 500 --resume || status=$$?; \
+	    --device cuda --out $(GPU_RUNS)/$(NAME) --checkpoint-every 500 --resume || status=$$?; \
 	if [ $$status = 124 ]; then echo "$(NAME): saved after $(CALL_S) s; run the same command again to go on"; exit 0; fi; \
 	test $$status = 0 && $(BIN)/glitchlens pretrained build $(NAME) --from-run $(GPU_RUNS)/$(NAME)

@@ -33,6 +33,7 @@ from interp.train_setup import (
     sharpening_penalty,
 )
 from models import ModelConfig
+from models.checkpoint import on_device
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -55,8 +56,11 @@ def train(
     progress: bool = True,
     metadata: dict[str, Any] | None = None,
     overwrite: bool = False,
+    device: str | torch.device = "cpu",
 ) -> torch.nn.Module:
-    """Train a model and checkpoint it to ``out``; returns the trained model (eval mode).
+    """Train a model on ``device`` and checkpoint it to ``out``; returns the trained model (eval
+    mode). The model is initialised on the CPU and then moved, so a seed gives the same initial
+    weights on every device (the run itself differs between devices by float rounding).
 
     With ``resume=True`` and a checkpoint in ``out``, training continues from its step;
     the model and training configs must equal the checkpoint's. A checkpoint already in
@@ -72,7 +76,7 @@ def train(
     batches = BatchSource(cfg)
     saved = prepare_output(out, resume, overwrite)
     torch.manual_seed(cfg.seed)
-    model = models.build_model(model_cfg)
+    model = on_device(models.build_model(model_cfg), device)
     optimizer = make_optimizer(model, cfg)
     start = 0
     if saved is not None:
@@ -82,7 +86,7 @@ def train(
         if saved_train != cfg.semantic_dict():
             diff = {k: (saved_train.get(k), v) for k, v in cfg.semantic_dict().items() if saved_train.get(k) != v}
             raise ValueError(f"{out}: cannot resume, training options differ from the checkpoint's: {diff}")
-        model = models.load(out)
+        model = models.load(out, device=device)
         optimizer = make_optimizer(model, cfg)
         load_optimizer_state(optimizer, models.checkpoint.load_training_state(out))
         start = saved["training"]["step"]
@@ -128,7 +132,7 @@ def train(
             torch.manual_seed(step_seed(cfg.seed, step))
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, cfg)
-            x, y, scored = batches(step)
+            x, y, scored = (t.to(device) for t in batches(step))
             patterns.clear()
             if cfg.loss == "clean" or cfg.task == "automaton":
                 logits = model.unembed(model(x, return_type="normalized")[scored])

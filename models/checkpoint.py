@@ -280,8 +280,13 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu") -> torch.n
         warnings.warn(f"{path}: parameters {non_finite[:3]} hold NaN or Inf; the run that saved this "
                       "checkpoint diverged, and the model's outputs are meaningless", RuntimeWarning, stacklevel=2)
     model.load_state_dict(tensors)
+    return on_device(model, device).eval()
+
+
+def on_device(model: torch.nn.Module, device: str | torch.device) -> torch.nn.Module:
+    """``model`` moved to ``device``, or a ValueError naming the device when it cannot be used."""
     try:
-        return model.to(device).eval()
+        return model.to(device)
     except (RuntimeError, AssertionError) as err:  # e.g. device "cuda" on a machine without CUDA
         raise ValueError(f"device {str(device)!r} is not usable here ({err}); use --device cpu") from None
 

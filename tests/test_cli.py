@@ -135,6 +135,7 @@ TRAIN = ["train", "--model", "nope", "--steps", "1", "--seq-len", "16", "--batch
     (["--lr", "1e6", "--steps", "30"], r"diverged at step \d+: the loss is NaN or infinite; no checkpoint"),
     (["--model", "gpt5"], "invalid choice: 'gpt5'"),
     (["--lr", "banana"], "invalid float value"),
+    (["--device", "gpu"], "device 'gpu' is not usable here.*--device cpu"),
 ])
 def test_train_errors(capsys, files, args, match):
     args = [a.format(root=files) for a in args]

@@ -213,6 +213,23 @@ def test_the_output_and_the_options_are_checked_before_step_1(tmp_path, monkeypa
     write_sequences(load_split("iid", 4, seq_len=16), data)
     with pytest.raises(ValueError, match="16 tokens, but seq_len is 32.*--seq-len 16"):
         train(TINY, TrainConfig(steps=2, data_file=str(data), **SMALL), tmp_path / "d", progress=False)
+    with pytest.raises(ValueError, match="device 'gpu' is not usable here"):
+        train(TINY, cfg, tmp_path / "gpu", progress=False, device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device 'cuda' is not usable here.*--device cpu"):
+            train(TINY, cfg, tmp_path / "cuda", progress=False, device="cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make gpu-test)")
+def test_training_on_cuda_saves_a_checkpoint_that_loads_on_the_cpu(tmp_path):
+    """On CUDA (the Triton kernels, under ``auto``) the model and every batch live on the GPU, and
+    the checkpoint holds exactly the trained weights."""
+    mc = ModelConfig.from_preset("tra", "tiny", n_ctx=32)
+    model = train(mc, TrainConfig(steps=4, **SMALL), tmp_path / "run", progress=False, device="cuda")
+    assert all(p.is_cuda for p in model.parameters())
+    saved = models.load(tmp_path / "run").state_dict()
+    for key, value in model.state_dict().items():
+        assert torch.equal(saved[key], value.cpu()), key
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only directories")

@@ -74,7 +74,7 @@ def cmd_train(args) -> int:
         print(f"glitchlens train: no checkpoint in {args.out} to resume; starting at step 0", file=sys.stderr)
     try:
         train(model_cfg, train_cfg, args.out, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet,
-              metadata={"command": " ".join(["glitchlens", *args.argv])})
+              metadata={"command": " ".join(["glitchlens", *args.argv])}, device=args.device)
     except TrainingInterrupted as stop:
         print(stop, file=sys.stderr)
         return 130

@@ -112,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="replace a checkpoint already in --out (without it, or --resume, that is an error)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--device", default="cpu",
+                   help="torch device to train on, e.g. cuda (the model is initialised on the CPU, then moved)")
     for flag, what in (("n-layers", "layers (default: the preset's)"),
                        ("n-heads", "attention heads per layer (default: the preset's)"),
                        ("d-model", "residual stream width (default: the preset's)"),
