@@ -77,14 +77,15 @@ def _build(name: str, steps: int | None, root: Path, eval_sequences: int | None,
     spec = specimen(name, steps)
     model_cfg, train_cfg = spec.configs()
     gpu = entry(name).gpu
+    device = "cuda" if gpu else "cpu"
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / name
         if from_run is not None:
             run = Path(from_run)
             check_run_matches(run, model_cfg, train_cfg)
         else:
-            train(model_cfg, train_cfg, run, progress=False)
-        model = models.load(run, device="cuda" if gpu else "cpu")
+            train(model_cfg, train_cfg, run, progress=False, device=device)
+        model = models.load(run, device=device)
         training = models.read_config(run)["training"]
     if gpu:
         eval_sequences = None  # the full splits: on a GPU they take seconds
