@@ -9,8 +9,8 @@
  * compiler vectorises (with glibc's vector expf); the weighted sum of the values.
  *
  * Layout, per sequence-head: queries [pos, d] (row-major), keys transposed [d, stride] with
- * stride a multiple of LANES and zeros past the last key, values [pos, d_value] with d_value
- * a multiple of LANES. A query at position i reads keys 0..i. `rows` [n_bh, n_rows] names
+ * stride a multiple of PAD and zeros past the last key, values [pos, d_value] with d_value
+ * a multiple of PAD. A query at position i reads keys 0..i. `rows` [n_bh, n_rows] names
  * the query positions, or is NULL for all of them. z [n_bh, n_rows, d_value] gets the output.
  *
  * Compiled with -ffast-math (the vector expf, reductions in any order): equal to the PyTorch
@@ -20,10 +20,27 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-enum { LANES = 16, GROUP = 4 };
+/* A vector is one register of the target: 16 floats with AVX-512, 8 with AVX, else 4 (wider
+ * vectors on a narrower target run out of registers). The caller pads keys and values to a
+ * multiple of PAD, a multiple of every width. */
+#if defined(__AVX512F__)
+enum { LANES = 16 };
+#elif defined(__AVX__)
+enum { LANES = 8 };
+#else
+enum { LANES = 4 };
+#endif
+enum { GROUP = 4, PAD = 16 };
 typedef float vec __attribute__((vector_size(LANES * sizeof(float)), aligned(sizeof(float))));
 
+/* The vector width this build uses, in floats (kernels/native.py runs the kernels only where
+ * it is at least 8: with 4, an SSE build measured slower than PyTorch's paths for TDA). */
+int vector_lanes(void) { return LANES; }
+
 static int64_t chunks(int64_t n) { return (n + LANES - 1) / LANES; }
+
+/* The caller's row length for n entries (kernels/native.py pads to a multiple of PAD). */
+static int64_t padded(int64_t n) { return (n + PAD - 1) / PAD * PAD; }
 
 /* The positions of the group of rows starting at row r0 (the last row repeated to fill it). */
 static int64_t group_positions(const int64_t *rows, int64_t n_rows, int64_t r0, int64_t i[GROUP]) {
@@ -122,7 +139,7 @@ static void suffix_sums(float *p, int64_t stride, int64_t n) {
 int cope_attention(const float *q, const float *kT, const float *v, const float *eT, const int64_t *rows,
                    int64_t n_bh, int64_t n_pos, int64_t n_rows, int64_t d, int64_t p_max, int64_t d_value,
                    float scale, float *z) {
-    const int64_t stride = chunks(n_pos) * LANES, e_stride = chunks(p_max) * LANES;
+    const int64_t stride = padded(n_pos), e_stride = padded(p_max);
     float *s = malloc(GROUP * (size_t)(2 * stride + e_stride) * sizeof(float));
     if (!s)
         return 1;
@@ -226,7 +243,7 @@ static void threshold_weights(float *restrict w1, float *restrict w2, int64_t n,
 static int views_attention(const float *q1, const float *k1T, const float *q2, const float *k2T, const float *v,
                            const int64_t *rows, int64_t n_bh, int64_t n_pos, int64_t n_rows, int64_t d,
                            int64_t d_value, float scale, RowWeights weights, const Rule *rule, float *z) {
-    const int64_t stride = chunks(n_pos) * LANES;
+    const int64_t stride = padded(n_pos);
     float *s1 = malloc(2 * GROUP * (size_t)stride * sizeof(float));
     if (!s1)
         return 1;

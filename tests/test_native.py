@@ -28,6 +28,8 @@ from models.attention.softmax import rows_attention as softmax_rows
 from models.attention.softmax import softmax_reference
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler: the native kernels are not built")
+used_here = pytest.mark.skipif(not native.usable(), reason="built, but not used on this CPU: its vectors are "
+                               f"narrower than {native.MIN_LANES} floats")
 
 
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-4}  # float32 fast paths against their reference (tests/support.check)
@@ -168,6 +170,7 @@ def test_half_precision_inputs_are_computed_in_float32(dtype):
     torch.testing.assert_close(z.float(), expected, rtol=1e-2, atol=1e-2)
 
 
+@used_here
 def test_the_cpu_paths_dispatch_to_the_kernels_only_without_gradients(monkeypatch):
     """Without gradients each path calls its kernel; with them (training), or switched off,
     the PyTorch path runs, and gives the same up to float rounding."""
@@ -192,6 +195,7 @@ def test_the_cpu_paths_dispatch_to_the_kernels_only_without_gradients(monkeypatc
     assert len(calls) == 5, "a forward that wants gradients ran a native kernel"
 
 
+@used_here
 @pytest.mark.parametrize("name", ["diff-mech", "cope-mech", "tda-mech", "rope-mech"])
 def test_evaluation_predicts_what_the_pytorch_paths_predict(name):
     model = models.load_pretrained(name)
@@ -201,6 +205,25 @@ def test_evaluation_predicts_what_the_pytorch_paths_predict(name):
         slow = predict_reads(model, tokens)
     assert np.array_equal(fast.predicted, slow.predicted)
     np.testing.assert_allclose(fast.margin, slow.margin, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target, lanes, feature", [("x86-64-v2", 4, "sse4_2"), ("x86-64-v3", 8, "avx2")])
+def test_narrower_vector_builds_compute_the_same(monkeypatch, tmp_path, target, lanes, feature):
+    """The kernels for other CPUs than this one: a build for SSE (4 floats a vector) and for AVX2
+    (8) against the references, where this CPU can run them."""
+    if f" {feature} " not in native._cpu_identity() + " ":
+        pytest.skip(f"this CPU cannot run a {target} build")
+    monkeypatch.setattr(native, "COMPILE_FLAGS",
+                        tuple(f"-march={target}" if f == "-march=native" else f for f in native.COMPILE_FLAGS))
+    monkeypatch.setenv("GLITCHLENS_CACHE", str(tmp_path))
+    native.library.cache_clear()
+    try:
+        assert native.library().vector_lanes() == lanes
+        for op in OPS:
+            test_every_position_matches_the_reference(op, (2, 37, 2, 20))
+            test_chosen_positions_in_any_order_match_the_reference_rows(op)
+    finally:
+        native.library.cache_clear()
 
 
 def test_without_a_compiler_the_pytorch_paths_run(monkeypatch, tmp_path):
