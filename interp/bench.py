@@ -276,8 +276,8 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
     cores' share drifts), is its roofline; one at the model's MLP shape ``[32768, d_model] x
     [d_model, d_mlp]`` and PyTorch's fused causal attention at its head shape
     (:func:`attention_rate`) are printed once each. ``torch_path_s``: the same evaluation with
-    the native kernels switched off (:mod:`kernels.native`; they serve Diff, CoPE, trela and
-    TDA, so for the others the two columns differ by the noise alone). With ``baseline`` also
+    the native kernels switched off (:mod:`kernels.native`; they serve softmax without a bias,
+    Diff, CoPE, trela and TDA, so for TRA and FoT the two columns differ by the noise alone). With ``baseline`` also
     the loop it replaced (:func:`legacy_predict_reads`), whose predictions must be the same."""
     import models
     from interp.evaluate import predict_reads, scored_lengths

@@ -50,7 +50,7 @@ SIGNATURES = {
     "cope_attention": [_PTR] * 5 + [_I64] * 6 + [_F32, _PTR],
     "threshold_attention": [_PTR] * 7 + [_I64] * 5 + [_F32, _F32, _PTR],
 }
-LANES = 16  # native.c's PAD: keys and values are padded to a multiple of it, a multiple of every vector width
+PAD = 16  # native.c's PAD: keys and values are padded to a multiple of it, a multiple of every vector width
 
 
 def cache_dir() -> Path:
@@ -126,9 +126,12 @@ def usable(*tensors: torch.Tensor) -> bool:
     """Whether the native kernels run on ``tensors``: switched on, built with vectors of at least
     :data:`MIN_LANES` floats, on the CPU, no gradient wanted, and not float64 (kept for
     gradchecks on the PyTorch paths)."""
-    return (_switched_on and all(t.device.type == "cpu" and t.dtype != torch.float64 for t in tensors)
-            and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
-            and library() is not None and library().vector_lanes() >= MIN_LANES)
+    if not (_switched_on and all(t.device.type == "cpu" and t.dtype != torch.float64 for t in tensors)):
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    lib = library()
+    return lib is not None and lib.vector_lanes() >= MIN_LANES
 
 
 def _rows_first(x: torch.Tensor) -> torch.Tensor:
@@ -138,12 +141,12 @@ def _rows_first(x: torch.Tensor) -> torch.Tensor:
 
 
 def _padded(n: int) -> int:
-    return -(-n // LANES) * LANES
+    return -(-n // PAD) * PAD
 
 
 def _keys_last(x: torch.Tensor) -> torch.Tensor:
     """``[batch, pos, head, d]`` -> float32 ``[batch * head, d, stride]``, zeros past the last
-    position up to a multiple of :data:`LANES`."""
+    position up to a multiple of :data:`PAD`."""
     B, T, H, D = x.shape
     out = x.new_zeros(B * H, D, _padded(T), dtype=torch.float32)
     out[..., :T] = x.permute(0, 2, 3, 1).reshape(B * H, D, T)
@@ -152,7 +155,7 @@ def _keys_last(x: torch.Tensor) -> torch.Tensor:
 
 def _values(v: torch.Tensor) -> torch.Tensor:
     """``[batch, pos, head, d]`` -> float32 ``[batch * head, pos, d_padded]``, zero columns up to
-    a multiple of :data:`LANES`."""
+    a multiple of :data:`PAD`."""
     B, T, H, D = v.shape
     out = v.new_zeros(B * H, T, _padded(D), dtype=torch.float32)
     out[..., :D] = v.transpose(1, 2).reshape(B * H, T, D)
