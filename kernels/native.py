@@ -19,8 +19,9 @@ with ``-ffast-math`` but linked without it, so that loading the library does not
 process to flush-to-zero arithmetic (which ``-ffast-math`` at link time would).
 
 The wrappers take the models' ``[batch, pos, head, d]`` tensors and query ``positions [batch,
-n]`` (or None: every position), return ``z`` in float32, and split the sequence-heads over
-torch's thread count (the C calls release the GIL).
+n]`` (or None: every position), compute in float32 and return ``z`` in v's dtype, and split the
+sequence-heads over torch's thread count (the C calls release the GIL). Their layouts come from
+``kernels.rows`` where it has them (``heads_first``, ``heads_last``, ``per_head``, ``per_row``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
+
+from kernels.rows import heads_first, heads_last, per_head, per_row
 
 SOURCE = Path(__file__).with_name("native.c")
 COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC", "-std=c11")
@@ -134,12 +137,6 @@ def usable(*tensors: torch.Tensor) -> bool:
     return lib is not None and lib.vector_lanes() >= MIN_LANES
 
 
-def _rows_first(x: torch.Tensor) -> torch.Tensor:
-    """``[batch, pos, head, d]`` -> contiguous float32 ``[batch * head, pos, d]``."""
-    B, T, H, D = x.shape
-    return x.float().transpose(1, 2).reshape(B * H, T, D).contiguous()
-
-
 def _padded(n: int) -> int:
     return -(-n // PAD) * PAD
 
@@ -162,15 +159,15 @@ def _values(v: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _run(kernel: str, per_head: list[torch.Tensor], shared: list[torch.Tensor], positions: torch.Tensor | None,
-         n_heads: int, sizes: list[int], scalars: list[float], d_value: int) -> torch.Tensor:
+def _run(kernel: str, chunked: list[torch.Tensor | None], shared: list[torch.Tensor], positions: torch.Tensor | None,
+         v: torch.Tensor, sizes: list[int], scalars: list[float]) -> torch.Tensor:
     """Call ``kernel`` on chunks of the sequence-heads, one chunk per torch thread, and return
-    ``z [batch, n_rows, head, d_value]``. ``per_head``: tensors ``[bh, ...]`` that are chunked
-    (or None, passed as NULL), the last of them the padded values; ``shared``: tensors every
-    chunk reads whole."""
-    values = per_head[-1]
-    n_bh, n_pos, width = values.shape
-    rows = None if positions is None else positions.repeat_interleave(n_heads, dim=0).to(torch.int64).contiguous()
+    ``z [batch, n_rows, head, d_value]`` in v's dtype. ``chunked``: tensors ``[bh, ...]`` that
+    are chunked (or None, passed as NULL), the last of them v padded (:func:`_values`);
+    ``shared``: tensors every chunk reads whole."""
+    n_bh, n_pos, width = chunked[-1].shape
+    rows = per_head(positions, v.shape[2])
+    rows = None if rows is None else rows.to(torch.int64).contiguous()
     if rows is not None and rows.numel() and not 0 <= int(rows.min()) <= int(rows.max()) < n_pos:
         raise IndexError(f"query positions must lie in 0..{n_pos - 1}, got {int(rows.min())}..{int(rows.max())}")
     n_rows = n_pos if rows is None else rows.shape[1]
@@ -180,8 +177,8 @@ def _run(kernel: str, per_head: list[torch.Tensor], shared: list[torch.Tensor], 
     def call(lo: int, hi: int) -> None:
         if hi == lo or not n_rows:
             return
-        chunked = [None if t is None else t[lo:hi].data_ptr() for t in per_head]
-        status = function(*chunked, *(t.data_ptr() for t in shared), None if rows is None else rows[lo:hi].data_ptr(),
+        pointers = [None if t is None else t[lo:hi].data_ptr() for t in chunked]
+        status = function(*pointers, *(t.data_ptr() for t in shared), None if rows is None else rows[lo:hi].data_ptr(),
                           hi - lo, n_pos, n_rows, *sizes, width, *scalars, z[lo:hi].data_ptr())
         if status:
             raise MemoryError(f"{kernel}: could not allocate its row buffers")
@@ -193,7 +190,7 @@ def _run(kernel: str, per_head: list[torch.Tensor], shared: list[torch.Tensor], 
     else:
         with ThreadPoolExecutor(workers) as pool:
             list(pool.map(call, bounds[:-1], bounds[1:]))
-    return z[..., :d_value].reshape(n_bh // n_heads, n_heads, n_rows, d_value).transpose(1, 2)
+    return heads_last(z[..., :v.shape[-1]], v)
 
 
 def softmax_attention(q, k, v, positions: torch.Tensor | None = None) -> torch.Tensor:
@@ -201,8 +198,8 @@ def softmax_attention(q, k, v, positions: torch.Tensor | None = None) -> torch.T
     ``[batch, pos, head, d_head]``: :func:`models.attention.softmax.softmax_reference` without
     a bias, up to float rounding."""
     d = q.shape[-1]
-    tensors = [_rows_first(q), _keys_last(k), None, None, _values(v)]
-    return _run("softmax_attention", tensors, [], positions, q.shape[2], [d], [d ** -0.5, 0.0], v.shape[-1])
+    tensors = [heads_first(q), _keys_last(k), None, None, _values(v)]
+    return _run("softmax_attention", tensors, [], positions, v, [d], [d ** -0.5, 0.0])
 
 
 def diff_attention(q1, k1, q2, k2, v, lam: float, positions: torch.Tensor | None = None) -> torch.Tensor:
@@ -210,19 +207,18 @@ def diff_attention(q1, k1, q2, k2, v, lam: float, positions: torch.Tensor | None
     q and k ``[batch, pos, head, d_view]`` and ``v [batch, pos, head, d_head]``, scale
     ``1/sqrt(d_view)``: :func:`models.attention.diff.diff_reference` up to float rounding."""
     d_view = q1.shape[-1]
-    tensors = [_rows_first(q1), _keys_last(k1), _rows_first(q2), _keys_last(k2), _values(v)]
-    return _run("softmax_attention", tensors, [], positions, q1.shape[2], [d_view], [d_view ** -0.5, float(lam)],
-                v.shape[-1])
+    tensors = [heads_first(q1), _keys_last(k1), heads_first(q2), _keys_last(k2), _values(v)]
+    return _run("softmax_attention", tensors, [], positions, v, [d_view], [d_view ** -0.5, float(lam)])
 
 
 def cope_attention(q, k, v, pos_emb: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
     """CoPE's ``z [batch, pos or n, head, d_head]`` (gates from q . k) from q, k, v ``[batch, pos,
     head, d_head]`` and the layer's ``pos_emb [p_max, d_head]``: :func:`kernels.cope.reference.
     cope_reference`'s without separate gate keys, up to float rounding."""
-    d, n_heads = q.shape[-1], q.shape[2]
+    d = q.shape[-1]
     table = _keys_last(pos_emb.detach()[None, :, None])
-    return _run("cope_attention", [_rows_first(q), _keys_last(k), _values(v)], [table], positions, n_heads,
-                [d, pos_emb.shape[0]], [d ** -0.5], v.shape[-1])
+    return _run("cope_attention", [heads_first(q), _keys_last(k), _values(v)], [table], positions, v,
+                [d, pos_emb.shape[0]], [d ** -0.5])
 
 
 def threshold_attention(tau, v, q1, k1, q2=None, k2=None, lam: float = 0.0, p: float = 2.0,
@@ -231,9 +227,6 @@ def threshold_attention(tau, v, q1, k1, q2=None, k2=None, lam: float = 0.0, p: f
     ``[batch, pos or n, head, d_head]``, from unit q, k ``[batch, pos, head, d]``, v, ``tau
     [batch, head, pos]`` and one ``lam``: :func:`kernels.threshold.rows.rectified_rows`'s up to
     float rounding."""
-    n_heads = q1.shape[2]
-    second = [None, None] if q2 is None else [_rows_first(q2), _keys_last(k2)]
-    tensors = [_rows_first(q1), _keys_last(k1), *second, tau.float().reshape(-1, tau.shape[-1]).contiguous(),
-               _values(v)]
-    return _run("threshold_attention", tensors, [], positions, n_heads, [q1.shape[-1]], [float(lam), float(p)],
-                v.shape[-1])
+    second = [None, None] if q2 is None else [heads_first(q2), _keys_last(k2)]
+    tensors = [heads_first(q1), _keys_last(k1), *second, per_row(tau).contiguous(), _values(v)]
+    return _run("threshold_attention", tensors, [], positions, v, [q1.shape[-1]], [float(lam), float(p)])

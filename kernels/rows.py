@@ -171,7 +171,7 @@ class SoftmaxRowsFunction(torch.autograd.Function):
 def heads_first(x: torch.Tensor) -> torch.Tensor:
     """``[batch, pos, head, d]`` -> contiguous ``[batch * head, pos, d]`` in at least float32."""
     B, T, H, D = x.shape
-    return upcast(x).transpose(1, 2).reshape(B * H, T, D)
+    return upcast(x).transpose(1, 2).reshape(B * H, T, D).contiguous()  # a view where reshape could keep one
 
 
 def heads_last(z: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

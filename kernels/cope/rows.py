@@ -65,6 +65,6 @@ def cope_rows(q, k, v, pos_emb, positions=None) -> torch.Tensor:
     C kernel can run (built, CPU, no gradient wanted) it computes the same, 2-3x faster on the core:
     :func:`kernels.native.cope_attention`."""
     if native.usable(q, k, v, pos_emb):
-        return native.cope_attention(q, k, v, pos_emb, positions).to(v.dtype)
+        return native.cope_attention(q, k, v, pos_emb, positions)
     q_rows = heads_first(q)
     return softmax_rows(CoPERule, q, k, v, q_rows, pos_emb.to(q_rows.dtype), positions=positions)

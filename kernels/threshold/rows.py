@@ -76,8 +76,8 @@ def rectified_rows(tau, v, *views, lam=None, p: float = 2.0, positions=None) -> 
     fused C kernel can run (built, CPU, no gradient wanted) it computes the same, 2-3x faster
     on the core: :func:`kernels.native.threshold_attention`."""
     if native.usable(tau, v, *views, *([] if lam is None else [lam])):
-        z = native.threshold_attention(tau, v, *views, lam=0.0 if lam is None else float(lam), p=p, positions=positions)
-        return z.to(v.dtype)
+        return native.threshold_attention(tau, v, *views, lam=0.0 if lam is None else float(lam), p=p,
+                                          positions=positions)
     v_rows = heads_first(v)
     lam = torch.zeros((), dtype=v_rows.dtype, device=v.device) if lam is None else lam.to(v_rows.dtype)
     with torch.autocast(v.device.type, enabled=False):

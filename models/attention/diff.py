@@ -117,7 +117,7 @@ def rows_attention(q1, k1, q2, k2, v, lam, positions=None) -> torch.Tensor:
     (:func:`kernels.native.diff_attention`) where it can run (built, CPU, no gradient wanted),
     else :func:`sdpa_attention`."""
     if native.usable(q1, k1, q2, k2, v, lam):
-        return native.diff_attention(q1, k1, q2, k2, v, float(lam), positions).to(v.dtype)
+        return native.diff_attention(q1, k1, q2, k2, v, float(lam), positions)
     return sdpa_attention(q1, k1, q2, k2, v, lam, positions)
 
 

@@ -67,7 +67,7 @@ def rows_attention(q, k, v, D=None, positions=None) -> torch.Tensor:
     (:func:`kernels.native.softmax_attention`) where it can run (no bias, built, CPU, no
     gradient wanted), else :func:`sdpa_attention`."""
     if D is None and native.usable(q, k, v):
-        return native.softmax_attention(q, k, v, positions).to(v.dtype)
+        return native.softmax_attention(q, k, v, positions)
     return sdpa_attention(q, k, v, D, positions)
 
 
