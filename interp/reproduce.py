@@ -105,21 +105,31 @@ def run_name(model: str, seed: int) -> str:
 
 def run_one(model: str, seed: int, scale: Scale, out: str) -> dict:
     """Train and evaluate one (model, seed); return its result (read from disk if done)."""
+    return train_and_evaluate(Path(out) / "runs" / run_name(model, seed), configs(model, seed, scale),
+                              {"model": model, "seed": seed, "scale": asdict(scale)}, scale.eval_n)
+
+
+def train_and_evaluate(run_dir: Path, run_configs: tuple, header: dict, eval_n: int | None) -> dict:
+    """Train one run of a sweep in ``run_dir`` (resuming it if it stopped) on one torch thread,
+    evaluate it on the canonical splits (the first ``eval_n`` sequences of each) and on
+    ``HELD_OUT_N`` held-out sequences of its training length, and write ``result.json``
+    atomically: ``header`` and the learning curve, ``splits`` and ``held_out``. A run whose
+    ``result.json`` exists is read back, not trained again."""
     import torch
 
     from interp.evaluate import evaluate_splits, evaluate_tokens
     from interp.tasks import held_out
     from interp.train import train
 
-    run_dir = Path(out) / "runs" / run_name(model, seed)
     result_file = run_dir / "result.json"
     if result_file.exists():
         return json.loads(result_file.read_text())
     torch.set_num_threads(1)
-    trained = train(*configs(model, seed, scale), run_dir, resume=True, progress=False)
-    evaluation = evaluate_splits(trained, SPLIT_ORDER, n=scale.eval_n)
-    held_out_result = evaluate_tokens(trained, held_out(HELD_OUT_N, scale.seq_len), "held-out")
-    result = {"model": model, "seed": seed, "scale": asdict(scale), "learning_curve": learning_curve(run_dir),
+    model_cfg, train_cfg = run_configs
+    trained = train(model_cfg, train_cfg, run_dir, resume=True, progress=False)
+    evaluation = evaluate_splits(trained, SPLIT_ORDER, n=eval_n)
+    held_out_result = evaluate_tokens(trained, held_out(HELD_OUT_N, train_cfg.seq_len), "held-out")
+    result = {**header, "learning_curve": learning_curve(run_dir),
               "splits": {name: r.to_dict() for name, r in evaluation.items()},
               "held_out": held_out_result.to_dict()}
     tmp = result_file.with_suffix(".tmp")

@@ -220,9 +220,13 @@ def cmd_hunt(args) -> int:
 
 def cmd_reproduce(args) -> int:
     from interp.reproduce import TABLE1_MODELS, reproduce_recipes, reproduce_table1
+    from interp.studies import STUDIES, run_study
 
     models = tuple(args.models.split(",")) if args.models else TABLE1_MODELS
-    if args.what == "recipes":
+    if args.what in STUDIES:
+        run_study(args.what, args.out, args.jobs, args.ray, train=not args.report_only)
+        report = "summary.md"
+    elif args.what == "recipes":
         reproduce_recipes(args.out, tuple(args.recipes.split(",")), models, args.seeds, args.jobs, args.scale,
                           ray_address=args.ray)
         report = "recipes.md"

@@ -207,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("reproduce", "sweeps over models and seeds: the TRA paper's Table 1 (table1), or which training "
                              "recipe learns (recipes)")
-    p.add_argument("what", choices=["table1", "recipes"], help="which sweep")
+    p.add_argument("what", choices=["table1", "recipes", "app-a"],
+                   help="which sweep (app-a: the TRA paper's App. A pair over seeds, interp/studies.py)")
     p.add_argument("--scale", choices=["cpu", "learning", "paper"], default="cpu",
                    help="cpu: tiny models with 4 heads and the cpu-learning-authors recipe, 1000 steps at lr 1e-3, "
                         "batch 16, T = 512; learning: tiny models with 4 heads (recipe cpu-learning), 1000 steps at "
@@ -225,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "shares (docs/guide.md \"Sweeps on Ray\")")
     p.add_argument("--out", required=True, help="directory for the runs and the report")
     p.add_argument("--report-only", action="store_true",
-                   help="table1: write the table from the runs that have finished, training nothing")
+                   help="table1, app-a: write the table from the runs that have finished, training nothing")
     p.set_defaults(func=cmd_reproduce)
 
     p = command("pretrained", "list the shipped pretrained models, show one, or rebuild them from their recipes")

@@ -1,0 +1,143 @@
+"""``glitchlens reproduce app-a | sharpening | mixture``: sweeps that test one claim of the
+papers each, with the seeds fixed before the runs and every run kept, learned or not.
+
+A study is a set of named runs, each a :class:`interp.specimens.Specimen` (a model, a size, a
+recipe and the options beyond them), trained and evaluated as ``reproduce table1``'s runs are
+(:func:`interp.reproduce.train_and_evaluate`): ``OUT/runs/NAME/result.json`` is written when a
+run ends, a run with one is read back and not trained again, and an unfinished run resumes
+from its last checkpoint (every 100 steps). Each result records the ``glitchlens train``
+command that trains the same run. What each study measures, and which run it ships, is
+written here before its runs, so that no seed is chosen after seeing it.
+
+- ``app-a``: the TRA paper's App. A pair (2 layers x 1 head, ``tiny``, d_model 64), TRA and FoT
+  with the ``authors-notebook`` recipe, seeds 0-4, trained at T = 512 (Table 1's length) and
+  at T = 128; 1000 steps at lr 1e-3, batch 16. Every run is evaluated on all of ``iid``
+  (1000 sequences) and ``dense`` (3000) and the first 10,000 ``sparse`` sequences. A run has
+  *learned* when >= 99% of 1000 held-out FFL(0.8) sequences of its training length are read
+  without an error, and *generalises* when it has learned and >= 99% of the sequences of each
+  of the three splits are read without an error. The pair to ship is chosen by
+  :data:`APP_A_RULE`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from interp.reproduce import LEARNED, QUICK_EVAL_N, SPLIT_ORDER, train_and_evaluate
+from interp.specimens import Specimen
+from interp.sweeps import run_all
+
+# Sequences per split each run is evaluated on: all of iid (1000) and dense (3000), the first
+# 10,000 of the 100,000 sparse ones.
+EVAL_N = 10_000
+
+APP_A_MODELS = ("tra", "fot")
+APP_A_SEEDS = tuple(range(5))
+APP_A_LENGTHS = (512, 128)
+APP_A_RULE = ("the lowest seed at which both TRA and FoT, trained at T = 512, have learned (>= 99% of the "
+              "1000 held-out FFL(0.8) sequences right); each member is that seed's run of its model. If no "
+              "seed has both learn, no pair is shipped from the sweep.")
+
+
+def app_a_run(model: str, seq_len: int, seed: int) -> Specimen:
+    return Specimen(model, "tiny", {"seq_len": seq_len, "batch_size": 16, "steps": 1000, "lr": 1e-3, "seed": seed},
+                    "authors-notebook")
+
+
+def app_a_runs() -> dict[str, Specimen]:
+    """Every run of the App. A study, T = 512 first, then seed by seed, so that an interrupted
+    sweep has the runs the shipped pair is chosen from."""
+    return {f"{model}-T{seq_len}-seed{seed}": app_a_run(model, seq_len, seed)
+            for seq_len in APP_A_LENGTHS for seed in APP_A_SEEDS for model in APP_A_MODELS}
+
+
+STUDIES = {"app-a": app_a_runs}
+
+
+def run_study_one(name: str, run: Specimen, out: str) -> dict:
+    """Train and evaluate one run of a study; return its result (read from disk if done)."""
+    model_cfg, train_cfg = run.configs()
+    train_cfg = replace(train_cfg, eval_every=200, eval_n=QUICK_EVAL_N, checkpoint_every=100)
+    header = {"name": name, "model": run.model, "seed": run.training["seed"], "seq_len": train_cfg.seq_len,
+              "command": run.command()}
+    return train_and_evaluate(Path(out) / "runs" / name, (model_cfg, train_cfg), header, EVAL_N)
+
+
+def run_study(study: str, out: str | Path, jobs: int = 2, ray_address: str | None = None,
+              train: bool = True) -> pd.DataFrame:
+    """Run (or resume) ``study`` under ``out/runs``, then write ``runs.csv`` and ``summary.md`` to
+    ``out`` from every finished run; ``train=False`` only writes them."""
+    if study not in STUDIES:
+        raise ValueError(f"unknown study {study!r}; choose one of {', '.join(STUDIES)}")
+    out = Path(out)
+    runs = STUDIES[study]()
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    if train:
+        run_all(run_study_one, {name: (name, run, str(out)) for name, run in runs.items()}, jobs, ray_address)
+    results = [json.loads(f.read_text()) for f in (out / "runs" / name / "result.json" for name in runs)
+               if f.exists()]
+    if not results:
+        raise ValueError(f"no finished run under {out / 'runs'}: run the study first (without --report-only)")
+    frame = run_table(results)
+    frame.to_csv(out / "runs.csv", index=False)
+    (out / "summary.md").write_text(SUMMARIES[study](frame))
+    return frame
+
+
+def run_table(results: list[dict]) -> pd.DataFrame:
+    """One row per run: its held-out and split accuracies, read errors with 95% upper bounds,
+    and whether it learned and generalises (the module docstring's definitions)."""
+    rows = []
+    for r in results:
+        row = {"name": r["name"], "model": r["model"], "seq_len": r["seq_len"], "seed": r["seed"],
+               "held_out": r["held_out"]["sequence_accuracy"]}
+        for split in SPLIT_ORDER:
+            s = r["splits"][split]
+            row |= {split: s["sequence_accuracy"], f"{split}_sequences": s["sequences"],
+                    f"{split}_read_errors": s["read_errors"], f"{split}_reads": s["reads"],
+                    f"{split}_error_upper95": s["error_rate_upper95"]}
+        row["learned"] = row["held_out"] >= LEARNED
+        row["generalises"] = row["learned"] and all(row[split] >= LEARNED for split in SPLIT_ORDER)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def app_a_summary(frame: pd.DataFrame) -> str:
+    """Counts of seeds that learned and generalise per model and length, every run's numbers,
+    and the pair :data:`APP_A_RULE` chooses from the runs finished so far."""
+    lines = ["| model | T | seeds | learned | generalises |", "|---|---|---|---|---|"]
+    for (model, seq_len), runs in frame.groupby(["model", "seq_len"], sort=False):
+        lines.append(f"| {model} | {seq_len} | {len(runs)} | {int(runs.learned.sum())} | "
+                     f"{int(runs.generalises.sum())} |")
+    lines += ["", "| run | held-out | iid | dense | sparse (first 10,000) | read errors iid / dense / sparse "
+                  "(95% upper bound of the rate) |", "|---|---|---|---|---|---|"]
+    for r in frame.itertuples():
+        errors = " / ".join(f"{getattr(r, f'{s}_read_errors')} of {getattr(r, f'{s}_reads')} "
+                            f"(<= {getattr(r, f'{s}_error_upper95'):.2g})" for s in SPLIT_ORDER)
+        lines.append(f"| {r.name} | {100 * r.held_out:.1f}% | {100 * r.iid:.1f}% | {100 * r.dense:.1f}% | "
+                     f"{100 * r.sparse:.1f}% | {errors} |")
+    seed = app_a_chosen_seed(frame)
+    chosen = ("no seed yet" if seed is None else f"seed {seed}: `tra-T512-seed{seed}` and `fot-T512-seed{seed}`")
+    return ("Learned: >= 99% of 1000 held-out FFL(0.8) sequences of the training length right. Generalises: "
+            "learned, and >= 99% of the sequences of iid, dense and the first 10,000 of sparse right.\n\n"
+            + "\n".join(lines) + f"\n\nThe rule: {APP_A_RULE}\nChosen: {chosen}.\n")
+
+
+def app_a_chosen_seed(frame: pd.DataFrame) -> int | None:
+    """The seed :data:`APP_A_RULE` chooses, among the seeds whose T = 512 runs of both models have
+    finished; None if none qualifies."""
+    at_512 = frame[frame.seq_len == 512]
+    for seed in APP_A_SEEDS:
+        runs = at_512[at_512.seed == seed]
+        if set(runs.model) != set(APP_A_MODELS):
+            return None   # undecided until this seed's runs have finished
+        if runs.learned.all():
+            return seed
+    return None
+
+
+SUMMARIES = {"app-a": app_a_summary}
