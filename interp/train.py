@@ -28,8 +28,8 @@ import models
 from interp.evaluate import evaluate_splits
 from interp.tasks import CANONICAL_SEQ_LEN
 from interp.train_setup import (
-    BatchSource, GracefulInterrupt, TrainConfig, TrainingDiverged, TrainingInterrupted, deterministic_algorithms,
-    load_optimizer_state, make_optimizer, optimizer_state_tensors, prepare_output, reuse_freed_memory, saved_configs,
+    BatchSource, GracefulInterrupt, TrainConfig, TrainingDiverged, TrainingInterrupted, beta_at,
+    deterministic_algorithms, freeze_betas, load_optimizer_state, make_optimizer, optimizer_state_tensors, prepare_output, reuse_freed_memory, saved_configs,
     sharpening_penalty,
 )
 from models import ModelConfig
@@ -77,6 +77,7 @@ def train(
     saved = prepare_output(out, resume, overwrite)
     torch.manual_seed(cfg.seed)
     model = on_device(models.build_model(model_cfg), device)
+    betas = freeze_betas(model, cfg)
     optimizer = make_optimizer(model, cfg)
     start = 0
     if saved is not None:
@@ -87,6 +88,7 @@ def train(
             diff = {k: (saved_train.get(k), v) for k, v in cfg.semantic_dict().items() if saved_train.get(k) != v}
             raise ValueError(f"{out}: cannot resume, training options differ from the checkpoint's: {diff}")
         model = models.load(out, device=device)
+        betas = freeze_betas(model, cfg)
         optimizer = make_optimizer(model, cfg)
         load_optimizer_state(optimizer, models.checkpoint.load_training_state(out))
         start = saved["training"]["step"]
@@ -132,6 +134,8 @@ def train(
             torch.manual_seed(step_seed(cfg.seed, step))
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, cfg)
+            for beta in betas:
+                beta.fill_(beta_at(step, cfg))
             x, y, scored = (t.to(device) for t in batches(step))
             patterns.clear()
             if cfg.loss == "clean" or cfg.task == "automaton":

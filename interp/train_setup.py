@@ -25,6 +25,7 @@ from models import ModelConfig
 from models.config import check_int, check_known_fields, is_finite_number
 
 REGULARISERS = ("none", "entropy", "l2", "linf")
+BETA_SCHEDULES = ("learned", "ramp")
 
 
 @dataclass
@@ -45,6 +46,12 @@ class TrainConfig:
     regulariser: str = "none"      # attention sharpening: "entropy" | "l2" (neg. L2) | "linf" (neg. L-inf)
     reg_coef: float = 0.0
     reg_start: int = 0
+    # trela/TDA threshold: "learned" (beta trained from beta_init) or "ramp" (beta fixed, not learned:
+    # 0 until beta_ramp_start, rising linearly to beta_final at beta_ramp_end, then held there)
+    beta_schedule: str = "learned"
+    beta_final: float = 1.0
+    beta_ramp_start: int = 0
+    beta_ramp_end: int = 0
     seed: int = 0
     data_file: str | None = None   # train on a local JSONL/Parquet file instead of fresh samples
     eval_every: int = 0            # 0: evaluate once at the end
@@ -56,6 +63,13 @@ class TrainConfig:
             raise ValueError(f"loss must be 'clean' or 'generative', got {self.loss!r}")
         if self.task not in ("flipflop", "automaton"):
             raise ValueError(f"task must be 'flipflop' or 'automaton', got {self.task!r}")
+        if self.beta_schedule not in BETA_SCHEDULES:
+            raise ValueError(f"beta_schedule must be one of {BETA_SCHEDULES}, got {self.beta_schedule!r}")
+        if self.beta_schedule == "ramp" and not 0 <= self.beta_ramp_start < self.beta_ramp_end <= self.steps:
+            raise ValueError(f"a beta ramp needs 0 <= beta_ramp_start < beta_ramp_end <= steps, got "
+                             f"{self.beta_ramp_start}, {self.beta_ramp_end} and steps {self.steps}")
+        if not is_finite_number(self.beta_final):
+            raise ValueError(f"beta_final must be a number, got {self.beta_final!r}")
         if self.regulariser not in REGULARISERS:
             raise ValueError(f"regulariser must be one of {REGULARISERS}, got {self.regulariser!r}")
         for name in ("steps", "batch_size", "seq_len", "eval_n"):
@@ -131,6 +145,35 @@ class BatchSource:
         if cfg.loss == "generative":
             return x, y, torch.ones_like(x, dtype=torch.bool)
         return x, y, torch.from_numpy(read_mask(tokens[:, :-1].numpy()))
+
+
+def beta_at(step: int, cfg: TrainConfig) -> float:
+    """The threshold scale of a ``ramp`` schedule during ``step``: 0 (tau = 0, every positive score
+    survives, so the task is learned first), then linear to ``beta_final``, then held."""
+    rise = (step - cfg.beta_ramp_start) / (cfg.beta_ramp_end - cfg.beta_ramp_start)
+    return cfg.beta_final * min(1.0, max(0.0, rise))
+
+
+def threshold_betas(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The beta of every threshold layer (trela, TDA) of ``model``."""
+    from models.attention.tda import ThresholdAttention
+
+    return [module.beta for module in model.modules() if isinstance(module, ThresholdAttention)]
+
+
+def freeze_betas(model: torch.nn.Module, cfg: TrainConfig) -> list[torch.nn.Parameter]:
+    """With a ``ramp`` schedule, take every threshold layer's beta out of training (the schedule
+    sets it, as the TDA authors' code keeps beta a fixed hyperparameter) and return them; an
+    error for a model without a threshold layer. With ``learned``: nothing to freeze."""
+    if cfg.beta_schedule == "learned":
+        return []
+    betas = threshold_betas(model)
+    if not betas:
+        raise ValueError(f"beta_schedule {cfg.beta_schedule!r} sets the threshold of trela and TDA layers; this "
+                         "model has none (use the default, learned)")
+    for beta in betas:
+        beta.requires_grad_(False)
+    return betas
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:

@@ -60,6 +60,8 @@ def train_configs(args):
                 "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "seq_len": args.seq_len,
                 "loss": args.loss, "task": args.task, "mixture": args.mixture, "p_bottom": args.p_bottom,
                 "regulariser": args.regulariser, "reg_coef": args.reg_coef, "reg_start": args.reg_start,
+                "beta_schedule": args.beta_schedule, "beta_final": args.beta_final,
+                "beta_ramp_start": args.beta_ramp_start, "beta_ramp_end": args.beta_ramp_end,
                 "seed": args.seed, "data_file": args.data, "eval_every": args.eval_every, "eval_n": args.eval_n,
                 "checkpoint_every": args.checkpoint_every}
     return run_configs(args.model, args.preset, args.recipe, _model_overrides(args), training)

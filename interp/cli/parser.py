@@ -100,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="attention sharpening (flip-flop paper Sec. 5.2): entropy, negative L2 or L-inf norm")
     p.add_argument("--reg-coef", type=float, default=0.0, help="weight of the regulariser in the loss")
     p.add_argument("--reg-start", type=int, default=0, help="step at which the regulariser starts")
+    p.add_argument("--beta-schedule", choices=["learned", "ramp"], default="learned",
+                   help="trela/TDA threshold scale beta: learned from beta_init, or ramp: fixed, 0 until "
+                        "--beta-ramp-start, linear to --beta-final at --beta-ramp-end, then held (the TDA "
+                        "authors' code keeps beta fixed at 1)")
+    p.add_argument("--beta-final", type=float, default=1.0, help="ramp: the beta held after the ramp")
+    p.add_argument("--beta-ramp-start", type=int, default=0, help="ramp: the step at which beta starts to rise")
+    p.add_argument("--beta-ramp-end", type=int, default=0, help="ramp: the step at which beta reaches --beta-final")
     p.add_argument("--seed", type=int, default=0, help="fixes the data, the initialisation and dropout")
     p.add_argument("--data", default=None, metavar="FILE",
                    help="train on the sequences of a .jsonl/.parquet file (default: fresh samples)")
@@ -207,8 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("reproduce", "sweeps over models and seeds: the TRA paper's Table 1 (table1), or which training "
                              "recipe learns (recipes)")
-    p.add_argument("what", choices=["table1", "recipes", "app-a"],
-                   help="which sweep (app-a: the TRA paper's App. A pair over seeds, interp/studies.py)")
+    p.add_argument("what", choices=["table1", "recipes", "app-a", "tda-threshold"],
+                   help="which sweep (app-a: the TRA paper's App. A pair over seeds; tda-threshold: TDA at the paper's "
+                        "beta = 1; interp/studies.py)")
     p.add_argument("--scale", choices=["cpu", "learning", "paper"], default="cpu",
                    help="cpu: tiny models with 4 heads and the cpu-learning-authors recipe, 1000 steps at lr 1e-3, "
                         "batch 16, T = 512; learning: tiny models with 4 heads (recipe cpu-learning), 1000 steps at "
