@@ -10,6 +10,11 @@ temporary directory and used by name, so a user-level ``python3`` kernelspec for
 interpreter cannot be picked by mistake. Each notebook runs in its own temporary working
 directory, with one thread (the notebooks are sized for a 2-core CPU, a second thread costs more
 than it gains on a shared machine, and one thread keeps the numbers the same run after run).
+
+Printed text is compared word for word, and whole numbers (counts, shapes, positions) exactly,
+but decimal numbers within :data:`RTOL` (:data:`ATOL` near 0): another CPU's vector width
+changes the order of float32 sums, and with it the last printed digit (``7.339e-05`` here,
+``7.338e-05`` on a CPU without AVX-512).
 """
 
 from __future__ import annotations
@@ -45,6 +50,11 @@ VARYING = [
     (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|µs|us|s|sec|seconds|min)\b"), "<duration>"),
 ]
 TEXT_MIMETYPES = ("text/plain",)     # compared as text; other mimetypes (PNG, HTML, plotly JSON) by presence
+RTOL, ATOL = 1e-3, 1e-5    # decimals: a few float32 roundings apart (ATOL: values that are rounding noise around 0)
+# A number standing on its own (not part of a name like L1H0 or blocks.1.attn): an optional sign,
+# digits with or without a decimal point, an optional exponent.
+NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?!\w)")
+SPACES = re.compile(r"[ \t]+")      # a column's width follows its widest number: spacing is not compared
 
 
 def execute(nb: nbformat.NotebookNode, workdir: Path) -> nbformat.NotebookNode:
@@ -66,16 +76,36 @@ def normalise(text: str) -> str:
     return text
 
 
-def comparable(output: nbformat.NotebookNode) -> tuple:
-    """What of one output must match between runs: its type, a stream's name and text, the text
-    of a result, and which mimetypes it has."""
+def _numbers_agree(committed: str, fresh: str) -> bool:
+    if not any(c in number for number in (committed, fresh) for c in ".eE"):
+        return committed.lstrip("+") == fresh.lstrip("+")
+    a, b = float(committed), float(fresh)
+    return abs(a - b) <= ATOL + RTOL * max(abs(a), abs(b))
+
+
+def printed_agree(committed: str, fresh: str) -> bool:
+    """Whether two printed texts say the same: the same words and whole numbers in the same places
+    (spacing aside), and decimal numbers within :data:`RTOL` of each other (:data:`ATOL` near 0)."""
+    words = [SPACES.sub(" ", NUMBER.sub("#", text)) for text in (committed, fresh)]
+    numbers = [NUMBER.findall(text) for text in (committed, fresh)]
+    return words[0] == words[1] and all(map(_numbers_agree, *numbers))
+
+
+def comparable(output: nbformat.NotebookNode) -> tuple[tuple, tuple[str, ...]]:
+    """What of one output must match between runs: its type, a stream's name, which mimetypes a
+    result has (compared exactly), and its printed texts (compared by :func:`printed_agree`)."""
     if output.output_type == "stream":
-        return "stream", output.name, normalise(output.text)
+        return ("stream", output.name), (normalise(output.text),)
     if output.output_type == "error":
-        return "error", output.ename, normalise(output.evalue)
+        return ("error", output.ename), (normalise(output.evalue),)
     data = output.get("data", {})
-    return (output.output_type, tuple(sorted(data)),
-            tuple(normalise(data[mime]) for mime in TEXT_MIMETYPES if mime in data))
+    return (output.output_type, tuple(sorted(data))), tuple(normalise(data[m]) for m in TEXT_MIMETYPES if m in data)
+
+
+def outputs_agree(committed: tuple, fresh: tuple) -> bool:
+    """Whether two :func:`comparable` outputs are the same output."""
+    (kind, texts), (fresh_kind, fresh_texts) = committed, fresh
+    return kind == fresh_kind and len(texts) == len(fresh_texts) and all(map(printed_agree, texts, fresh_texts))
 
 
 def output_differences(committed: nbformat.NotebookNode, fresh: nbformat.NotebookNode) -> list[str]:
@@ -92,7 +122,7 @@ def output_differences(committed: nbformat.NotebookNode, fresh: nbformat.Noteboo
             differences.append(f"code cell {n}: {len(was)} outputs committed, {len(now)} now")
             continue
         for k, (a, b) in enumerate(zip(was, now), 1):
-            if a != b:
+            if not outputs_agree(a, b):
                 differences.append(f"code cell {n}, output {k}: committed {_describe(a)}, now {_describe(b)}")
     return differences
 

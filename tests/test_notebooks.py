@@ -1,7 +1,8 @@
 """Every notebook in ``notebooks/`` is committed executed, runs top to bottom in a fresh kernel on
 this interpreter without a cell error, and gives the outputs it was committed with (after
 normalising what varies between runs: durations, addresses, ids, temporary paths, progress bars;
-images and plotly figures by presence). How they run: ``interp.notebooks``."""
+decimal numbers within a relative 1e-3, as another CPU rounds them; images and plotly figures by
+presence). How they run: ``interp.notebooks``."""
 
 import copy
 import sys
@@ -69,6 +70,46 @@ def test_comparison_names_the_cell_that_differs(change, expected):
     change(fresh)
     differences = notebooks.output_differences(committed, fresh)
     assert len(differences) == 1 and differences[0].startswith(expected)
+
+
+COMMITTED_TABLE = ("input             q      k      v     forget    k+v\n"
+                   "restored  7.339e-05 -0.004  0.173 -3.746e-04  1.011\n"
+                   "11445 reads; largest |sum of the shares - logit difference|: 2.9e-06\n"
+                   "[4, 1, 511, 511] L1H0 layer 1")
+
+
+@pytest.mark.parametrize("fresh", [
+    COMMITTED_TABLE,
+    COMMITTED_TABLE.replace("7.339e-05", "7.338e-05").replace("1.011", "1.012"),   # the last digit, another CPU
+    COMMITTED_TABLE.replace("2.9e-06", "3.4e-06"),                                 # rounding noise near 0
+    COMMITTED_TABLE.replace("  0.173", " 0.1731"),                                 # a column one digit wider
+])
+def test_printed_numbers_agree_within_a_tolerance(fresh):
+    assert notebooks.printed_agree(COMMITTED_TABLE, fresh)
+
+
+@pytest.mark.parametrize("fresh", [
+    COMMITTED_TABLE.replace("0.173", "0.175"),                # 1% off
+    COMMITTED_TABLE.replace("1.011", "1.000"),
+    COMMITTED_TABLE.replace("7.339e-05", "7.339e-03"),
+    COMMITTED_TABLE.replace("11445 reads", "11446 reads"),    # counts and shapes exactly
+    COMMITTED_TABLE.replace("511, 511", "511, 512"),
+    COMMITTED_TABLE.replace("L1H0", "L1H1"),                  # digits in a name are text
+    COMMITTED_TABLE.replace("restored", "removed"),           # a changed word
+    COMMITTED_TABLE.replace(" forget", ""),
+    COMMITTED_TABLE + " 1.0",                                 # one number more
+])
+def test_printed_texts_that_say_something_else_differ(fresh):
+    assert not notebooks.printed_agree(COMMITTED_TABLE, fresh)
+
+
+def test_comparison_reads_a_result_table_with_the_tolerance():
+    committed = executed([[result({"text/plain": COMMITTED_TABLE})]])
+    fresh = copy.deepcopy(committed)
+    fresh.cells[0].outputs[0].data["text/plain"] = COMMITTED_TABLE.replace("7.339e-05", "7.338e-05")
+    assert notebooks.output_differences(committed, fresh) == []
+    fresh.cells[0].outputs[0].data["text/plain"] = COMMITTED_TABLE.replace("0.173", "0.175")
+    assert len(notebooks.output_differences(committed, fresh)) == 1
 
 
 def test_execution_problems_catch_an_unexecuted_or_reordered_notebook():
