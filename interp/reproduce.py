@@ -109,16 +109,25 @@ def run_one(model: str, seed: int, scale: Scale, out: str) -> dict:
                               {"model": model, "seed": seed, "scale": asdict(scale)}, scale.eval_n)
 
 
-def train_and_evaluate(run_dir: Path, run_configs: tuple, header: dict, eval_n: int | None) -> dict:
-    """Train one run of a sweep in ``run_dir`` (resuming it if it stopped) on one torch thread,
-    evaluate it on the canonical splits (the first ``eval_n`` sequences of each) and on
-    ``HELD_OUT_N`` held-out sequences of its training length, and write ``result.json``
-    atomically: ``header`` and the learning curve, ``splits`` and ``held_out``. A run whose
-    ``result.json`` exists is read back, not trained again."""
-    import torch
-
+def flipflop_evaluation(model, train_cfg, eval_n: int | None) -> dict:
+    """``splits``: the canonical splits (the first ``eval_n`` sequences of each); ``held_out``:
+    ``HELD_OUT_N`` held-out FFL(0.8) sequences of the training length."""
     from interp.evaluate import evaluate_splits, evaluate_tokens
     from interp.tasks import held_out
+
+    evaluation = evaluate_splits(model, SPLIT_ORDER, n=eval_n)
+    return {"splits": {name: r.to_dict() for name, r in evaluation.items()},
+            "held_out": evaluate_tokens(model, held_out(HELD_OUT_N, train_cfg.seq_len), "held-out").to_dict()}
+
+
+def train_and_evaluate(run_dir: Path, run_configs: tuple, header: dict, eval_n: int | None,
+                       evaluate=flipflop_evaluation) -> dict:
+    """Train one run of a sweep in ``run_dir`` (resuming it if it stopped) on one torch thread,
+    evaluate it (``evaluate(model, train_cfg, eval_n)``, by default :func:`flipflop_evaluation`)
+    and write ``result.json`` atomically: ``header``, the learning curve and the evaluation. A run
+    whose ``result.json`` exists is read back, not trained again."""
+    import torch
+
     from interp.train import train
 
     result_file = run_dir / "result.json"
@@ -127,11 +136,7 @@ def train_and_evaluate(run_dir: Path, run_configs: tuple, header: dict, eval_n: 
     torch.set_num_threads(1)
     model_cfg, train_cfg = run_configs
     trained = train(model_cfg, train_cfg, run_dir, resume=True, progress=False)
-    evaluation = evaluate_splits(trained, SPLIT_ORDER, n=eval_n)
-    held_out_result = evaluate_tokens(trained, held_out(HELD_OUT_N, train_cfg.seq_len), "held-out")
-    result = {**header, "learning_curve": learning_curve(run_dir),
-              "splits": {name: r.to_dict() for name, r in evaluation.items()},
-              "held_out": held_out_result.to_dict()}
+    result = {**header, "learning_curve": learning_curve(run_dir), **evaluate(trained, train_cfg, eval_n)}
     tmp = result_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=2))
     os.replace(tmp, result_file)

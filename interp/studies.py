@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from interp.reproduce import LEARNED, QUICK_EVAL_N, SPLIT_ORDER, train_and_evaluate
+from interp.reproduce import LEARNED, QUICK_EVAL_N, SPLIT_ORDER, flipflop_evaluation, train_and_evaluate
 from interp.specimens import Specimen
 from interp.sweeps import run_all
 
@@ -72,16 +72,73 @@ def tda_threshold_runs() -> dict[str, Specimen]:
     return {f"tda-ramp-seed{seed}": tda_threshold_run(seed) for seed in TDA_THRESHOLD_SEEDS}
 
 
-STUDIES = {"app-a": app_a_runs, "tda-threshold": tda_threshold_runs}
+# Attention sharpening (flip-flop paper Sec. 5.2): automaton-1l's and rope-mech's set-ups, each
+# with the entropy and the L-infinity regulariser at two strengths of the paper's grid, and
+# unregularised, seeds 0 and 1.
+SHARPENING_BASES = ("automaton-1l", "rope-mech")
+SHARPENING_REGULARISERS = (("none", 0.0), ("entropy", 0.01), ("entropy", 0.1), ("linf", 0.01), ("linf", 0.1))
+SHARPENING_SEEDS = (0, 1)
+# Reads (automaton: positions) whose attention is measured for sharpness, and the weight on the
+# last write that counts as sharp.
+SHARPNESS_N = 200
+SHARP = 0.99
 
 
-def run_study_one(name: str, run: Specimen, out: str) -> dict:
+def sharpening_runs() -> dict[str, Specimen]:
+    from interp.specimens import specimen
+
+    runs = {}
+    for seed in SHARPENING_SEEDS:
+        for base in SHARPENING_BASES:
+            chosen = specimen(base)
+            for regulariser, coef in SHARPENING_REGULARISERS:
+                training = {**chosen.training, "seed": seed, "regulariser": regulariser, "reg_coef": coef}
+                runs[f"{base}-{regulariser}{coef:g}-seed{seed}".replace("none0", "none")] = replace(
+                    chosen, training=training)
+    return runs
+
+
+def sharpening_evaluation(model, train_cfg, eval_n: int | None) -> dict:
+    """The flip-flop model: :func:`flipflop_evaluation` and, on the first ``SHARPNESS_N``
+    sequences of ``sparse`` and ``dense``, the share of reads with >= ``SHARP`` of some head's
+    weight on the last write, per layer. The automaton: state accuracy on 1000 sequences at the
+    training length and at T = 512, and the same share over every position of ``SHARPNESS_N``
+    sequences at the training length."""
+    from interp.evaluate import evaluate_automaton
+    from interp.metrics.probes import automaton_write_attention, last_write_attention, sharp_share
+    from interp.tasks import load_split, sample_automaton
+
+    if train_cfg.task == "automaton":
+        inputs, _ = sample_automaton(SHARPNESS_N, train_cfg.seq_len, 0.5, rng=1)
+        return {"automaton": {str(T): evaluate_automaton(model, 1000, T) for T in (train_cfg.seq_len, 512)},
+                "sharpness": {"train": _sharpness(model, inputs, automaton_write_attention, sharp_share)}}
+    return {**flipflop_evaluation(model, train_cfg, eval_n),
+            "sharpness": {split: _sharpness(model, load_split(split, SHARPNESS_N)[:, :-1], last_write_attention,
+                                            sharp_share) for split in ("sparse", "dense")}}
+
+
+def _sharpness(model, tokens, probe, share, batch: int = 20) -> list[dict]:
+    """``share(probe(maps, tokens))`` over ``tokens`` in batches (the maps of a whole split do not
+    fit in memory), as records ``layer, n, sharp, share``."""
+    from interp.metrics.capture import capture_maps
+
+    tables = [probe(capture_maps(model, tokens[lo:lo + batch], ["pattern"])[1]["pattern"], tokens[lo:lo + batch])
+              .assign(seq=lambda f, lo=lo: f.seq + lo) for lo in range(0, len(tokens), batch)]
+    return share(pd.concat(tables, ignore_index=True), SHARP).to_dict("records")
+
+
+STUDIES = {"app-a": app_a_runs, "tda-threshold": tda_threshold_runs, "sharpening": sharpening_runs}
+EVALUATIONS = {"sharpening": sharpening_evaluation}
+
+
+def run_study_one(study: str, name: str, run: Specimen, out: str) -> dict:
     """Train and evaluate one run of a study; return its result (read from disk if done)."""
     model_cfg, train_cfg = run.configs()
     train_cfg = replace(train_cfg, eval_every=200, eval_n=QUICK_EVAL_N, checkpoint_every=100)
     header = {"name": name, "model": run.model, "seed": run.training["seed"], "seq_len": train_cfg.seq_len,
-              "command": run.command()}
-    return train_and_evaluate(Path(out) / "runs" / name, (model_cfg, train_cfg), header, EVAL_N)
+              "regulariser": train_cfg.regulariser, "reg_coef": train_cfg.reg_coef, "command": run.command()}
+    return train_and_evaluate(Path(out) / "runs" / name, (model_cfg, train_cfg), header, EVAL_N,
+                              EVALUATIONS.get(study, flipflop_evaluation))
 
 
 def run_study(study: str, out: str | Path, jobs: int = 2, ray_address: str | None = None,
@@ -94,7 +151,7 @@ def run_study(study: str, out: str | Path, jobs: int = 2, ray_address: str | Non
     runs = STUDIES[study]()
     (out / "runs").mkdir(parents=True, exist_ok=True)
     if train:
-        run_all(run_study_one, {name: (name, run, str(out)) for name, run in runs.items()}, jobs, ray_address)
+        run_all(run_study_one, {name: (study, name, run, str(out)) for name, run in runs.items()}, jobs, ray_address)
     results = [json.loads(f.read_text()) for f in (out / "runs" / name / "result.json" for name in runs)
                if f.exists()]
     if not results:

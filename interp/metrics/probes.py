@@ -299,6 +299,19 @@ def automaton_write_attention(maps: Maps, inputs) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
+def sharp_share(table: pd.DataFrame, threshold: float = 0.99) -> pd.DataFrame:
+    """From a :func:`last_write_attention` or :func:`automaton_write_attention` table: per layer,
+    the share of reads (positions, for the automaton) at which some head puts at least
+    ``threshold`` of its weight on the most recent write, the hard attention the flip-flop
+    paper's sharpening regularisers promote (Sec. 5.2, R8). Positions before any write are left
+    out. Columns ``layer, n, sharp, share``."""
+    table = table.dropna(subset=["weight"])
+    best = table.groupby(["layer", "seq", "position"]).weight.max()
+    sharp = (best >= threshold).groupby(level="layer")
+    return pd.DataFrame({"n": sharp.size(), "sharp": sharp.sum()}).reset_index().assign(
+        share=lambda f: f.sharp / f.n)
+
+
 def mean_by_key_token(maps: Maps, tokens, name: str = "pattern") -> pd.DataFrame:
     """The mean of a map over the causal entries whose key is each flip-flop token (``w``, ``r``,
     ``i``, ``0``, ``1``), per layer and head: which tokens a head attends to, or which tokens a
