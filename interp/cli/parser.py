@@ -214,9 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("reproduce", "sweeps over models and seeds: the TRA paper's Table 1 (table1), or which training "
                              "recipe learns (recipes)")
-    p.add_argument("what", choices=["table1", "recipes", "app-a", "tda-threshold"],
+    p.add_argument("what", choices=["table1", "recipes", "app-a", "tda-threshold", "sharpening"],
                    help="which sweep (app-a: the TRA paper's App. A pair over seeds; tda-threshold: TDA at the paper's "
-                        "beta = 1; interp/studies.py)")
+                        "beta = 1; sharpening: the flip-flop paper's attention-sharpening regularisers; "
+                        "interp/studies.py)")
     p.add_argument("--scale", choices=["cpu", "learning", "paper"], default="cpu",
                    help="cpu: tiny models with 4 heads and the cpu-learning-authors recipe, 1000 steps at lr 1e-3, "
                         "batch 16, T = 512; learning: tiny models with 4 heads (recipe cpu-learning), 1000 steps at "
