@@ -13,19 +13,25 @@ length 512 from ``interp.evaluate.AUTOMATON_EVAL_SEED``.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 import models
-from interp.specimens import specimen
-from interp.train import TrainConfig, saved_configs, train
-from models import ModelConfig
+from interp.recipes import get_recipe, model_overrides
+from interp.specimens import SPECIMENS, specimen
+from models import PRESETS, ModelConfig
 from models.pretrained import ENTRIES, PRETRAINED_DIR, entry
 
+if TYPE_CHECKING:  # building imports torch; listing does not, so that `glitchlens pretrained` answers at once
+    import torch
+
+    from interp.train import TrainConfig
+
 EVAL_SEQUENCES = 1000
+SHAPE_FIELDS = ("n_layers", "n_heads", "d_model")
+LENGTH_FIELDS = ("steps", "seq_len", "batch_size")
 
 
 def automaton_accuracy(model: torch.nn.Module, n: int = EVAL_SEQUENCES) -> dict[str, Any]:
@@ -45,6 +51,8 @@ def flipflop_accuracy(model: torch.nn.Module, n: int = EVAL_SEQUENCES) -> dict[s
 def check_run_matches(run: Path, model_cfg: ModelConfig, train_cfg: TrainConfig) -> None:
     """Refuse a run whose model or (non-logging) training configuration differs from these:
     training is deterministic, so a run that passes is the checkpoint they train, bit for bit."""
+    from interp.train import saved_configs
+
     saved = models.read_config(run)
     if saved["training"] is None or saved["training"]["step"] != train_cfg.steps:
         raise ValueError(f"{run}: not a finished training run of {train_cfg.steps} steps")
@@ -63,6 +71,8 @@ def build(name: str, steps: int | None = None, root: str | Path = PRETRAINED_DIR
     built that way records the shortened command, never the full one. ``from_run`` adopts
     a finished run of exactly the specimen's configuration instead of training again.
     """
+    import torch
+
     # Every entry was trained with one thread (interp.specimens).
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -74,6 +84,8 @@ def build(name: str, steps: int | None = None, root: str | Path = PRETRAINED_DIR
 
 def _build(name: str, steps: int | None, root: Path, eval_sequences: int | None,
            from_run: str | Path | None) -> Path:
+    from interp.train import train
+
     spec = specimen(name, steps)
     model_cfg, train_cfg = spec.configs()
     gpu = entry(name).gpu
@@ -101,21 +113,55 @@ def _build(name: str, steps: int | None, root: Path, eval_sequences: int | None,
     return models.save(Path(root) / name, model, training=training, metadata=metadata)
 
 
+def planned_shape(name: str) -> dict[str, Any]:
+    """Entry ``name``'s layers, heads, d_model and training length as its specimen trains them,
+    without building its configs (which imports torch): the listing's columns for an entry not
+    built yet. For the built ones they equal the recorded values (tests/test_pretrained.py)."""
+    spec = SPECIMENS[name]
+    model = {**PRESETS[spec.preset], **model_overrides(get_recipe(spec.recipe), spec.model), **spec.model_fields}
+    training = {**get_recipe(spec.recipe).training, **spec.training}
+    return {**{f: model[f] for f in SHAPE_FIELDS}, **{f: training[f] for f in LENGTH_FIELDS}}
+
+
 def listing(root: str | Path = PRETRAINED_DIR, names: list[str] | None = None) -> list[dict[str, Any]]:
-    """One row per recipe (or per entry in ``names``): its name, where it is, whether it is
-    built, size, and accuracies."""
+    """One row per entry (or per entry in ``names``): its name, description, where it is,
+    whether it is built, its layers, heads, d_model and training length; of a built one also
+    its size and recorded metadata (command, seed, accuracies). Reads each ``config.json`` as
+    recorded, without torch and without loading the weights (``models.load_pretrained`` checks
+    them), so that the listing answers at once."""
+    unknown = [name for name in names or [] if name not in ENTRIES]
+    if unknown:  # said here, not by models.pretrained.entry, which imports torch for its error class
+        raise ValueError(f"unknown pretrained model {', '.join(map(repr, unknown))}; available: {', '.join(ENTRIES)}")
     rows = []
     for name in names or ENTRIES:
         directory = Path(root) / name
-        row: dict[str, Any] = {"name": name, "description": entry(name).description, "path": str(directory),
-                               "built": directory.exists()}
-        if directory.exists():
-            config = models.read_config(directory)
+        row: dict[str, Any] = {"name": name, "description": ENTRIES[name].description, "path": str(directory),
+                               "built": directory.exists(), "model": SPECIMENS[name].model, **planned_shape(name)}
+        if row["built"]:
+            config = _recorded_config(directory)
             row.update(config["metadata"])
-            row["model"] = config["model"]["model"]
+            row.update({"model": config["model"]["model"], **{f: config["model"][f] for f in SHAPE_FIELDS},
+                        **{f: config["training"]["config"][f] for f in LENGTH_FIELDS}})
             row["size_kb"] = sum(f.stat().st_size for f in directory.iterdir()) / 1024
         rows.append(row)
     return rows
+
+
+def _recorded_config(directory: Path) -> dict[str, Any]:
+    path = directory / "config.json"
+    try:
+        config = json.loads(path.read_text())
+        metadata, model, training = config["metadata"], config["model"], config["training"]["config"]
+        missing = [f for f in ("command", "seed", "accuracy") if f not in metadata]
+        missing += [f for f in ("model", *SHAPE_FIELDS) if f not in model]
+        missing += [f for f in LENGTH_FIELDS if f not in training]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not a pretrained entry's config ({type(err).__name__}: {err}); "
+                         f"rebuild it with `glitchlens pretrained build {directory.name}`") from None
+    if missing:
+        raise ValueError(f"{path}: no {', '.join(missing)} recorded; rebuild it with "
+                         f"`glitchlens pretrained build {directory.name}`")
+    return config
 
 
 def specimens_table1(root: str | Path = PRETRAINED_DIR) -> str:

@@ -119,6 +119,36 @@ def test_cli_lists_every_entry_with_its_accuracy(capsys):
     assert "tra-mech" in capsys.readouterr().out
 
 
+def test_the_listing_records_each_entrys_shape_as_its_specimen_trains_it():
+    """Built entries show their recorded layers, heads, d_model and training length; unbuilt ones
+    their specimen's, computed without building configs: the two must agree where both exist."""
+    for row in pretrained.listing():
+        assert {field: row[field] for field in (*pretrained.SHAPE_FIELDS, *pretrained.LENGTH_FIELDS)} \
+            == pretrained.planned_shape(row["name"]), row["name"]
+    assert {row["name"]: (row["n_layers"], row["n_heads"], row["d_model"], row["steps"], row["seq_len"])
+            for row in pretrained.listing(names=["tra-mech", "tda-mech"])} \
+        == {"tra-mech": (2, 1, 64, 1000, 128), "tda-mech": (2, 4, 64, 1000, 512)}
+    with pytest.raises(ValueError, match="unknown pretrained model 'tra-huge'; available: tra-mech"):
+        pretrained.listing(names=["tra-huge"])
+
+
+@pytest.mark.integration
+def test_listing_imports_no_torch_and_fits_100_columns():
+    """`glitchlens pretrained` reads recorded JSON only (importing torch and scipy took most of
+    40 s on a busy machine) and prints one line per entry at 100 columns."""
+    code = ("import sys; from interp.cli import main; status = main(['pretrained']); "
+            "assert 'torch' not in sys.modules, 'the listing imported torch'; sys.exit(status)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"COLUMNS": "100"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(map(len, lines)) <= 100
+    rows = [line for line in lines if line.startswith("│")]
+    assert [row.split("│")[1].strip() for row in rows] == list(ENTRIES), "an entry wraps onto a second line"
+    tra = rows[0].split("│")
+    assert [cell.strip() for cell in tra[2:5]] == ["tra", "2x1x64", "1000, T=128"]
+    assert "layers x" in done.stdout and "not built" in done.stdout.split("tra-mini")[1]
+
+
 @pytest.mark.integration
 def test_adopting_a_run_checks_that_it_is_the_specimen(tmp_path):
     short = specimen("rope-mech", steps=2)

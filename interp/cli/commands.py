@@ -244,8 +244,7 @@ def cmd_reproduce(args) -> int:
 def cmd_pretrained(args) -> int:
     from interp import pretrained
     from interp.specimens import specimen
-    from interp.train import TrainingInterrupted
-    from models.pretrained import ENTRIES, build_command
+    from models.pretrained import ENTRIES
 
     if args.action == "build":
         names = args.names or [name for name, entry in ENTRIES.items() if not entry.gpu]
@@ -256,6 +255,8 @@ def cmd_pretrained(args) -> int:
             try:
                 print(f"wrote {pretrained.build(name, steps=args.steps, root=args.root, from_run=args.from_run)}")
             except TrainingInterrupted:  # its run was in a temporary directory, now gone
+        from interp.train import TrainingInterrupted
+
                 print(f"glitchlens pretrained: interrupted; {name} not written", file=sys.stderr)
                 return 130
         return 0
@@ -276,15 +277,17 @@ def cmd_pretrained(args) -> int:
         for row in rows:
             console.print(_entry_table(row))
         return 0
-    table = Table(title="pretrained models (models.load_pretrained(name)); accuracy: read / full-sequence")
-    for col in ("name", "model", "size", "accuracy", "command"):
+    table = Table(title="pretrained models: models.load_pretrained(NAME); one in full (read accuracy, "
+                        "command, seed): glitchlens pretrained list NAME")
+    table.add_column("name", no_wrap=True)
+    for col in ("model", "layers x\nheads x\nd_model", "trained\n(steps, T)",
+                "sequences right (%)\niid / sparse / dense", "size"):
         table.add_column(col)
     for row in rows:
-        if row["built"]:
-            table.add_row(row["name"], row["model"], f"{row['size_kb']:.0f} KB", _accuracy_lines(row["accuracy"]),
-                          row["command"])
-        else:
-            table.add_row(row["name"], "-", "-", "not built", build_command(row["name"]))
+        shape = "x".join(str(row[field]) for field in pretrained.SHAPE_FIELDS)
+        trained = f"{row['steps']}, T={row['seq_len']}"
+        right = _sequences_right(row["accuracy"]) if row["built"] else "not built"
+        table.add_row(row["name"], row["model"], shape, trained, right, f"{row['size_kb']:.0f} KB" if row["built"] else "-")
     console.print(table)
     return 0
 
@@ -294,9 +297,19 @@ def _accuracy_lines(accuracy: dict) -> str:
     return "\n".join(f"{split}: {100 * r.get('read_accuracy', r.get('position_accuracy', 0.0)):.2f}% / "
                      f"{100 * r['sequence_accuracy']:.1f}%" for split, r in accuracy.items())
 
+    unbuilt = [row["name"] for row in rows if not row["built"]]
+    if unbuilt:  # their build commands are in `list NAME` (models.pretrained.build_command imports torch)
+        console.print(f"not built: {', '.join(unbuilt)}; `glitchlens pretrained list NAME` says how to build one")
 
 def _entry_table(row: dict) -> Table:
     """One row of ``interp.pretrained.listing``, field by field (``glitchlens pretrained list NAME``)."""
+def _sequences_right(accuracy: dict) -> str:
+    """A pretrained entry's full-sequence accuracies, in percent: iid / sparse / dense, or its one other task's."""
+    if set(accuracy) == {"iid", "sparse", "dense"}:
+        return " / ".join(f"{100 * accuracy[split]['sequence_accuracy']:.1f}" for split in ("iid", "sparse", "dense"))
+    return ", ".join(f"{split} {100 * r['sequence_accuracy']:.1f}" for split, r in accuracy.items())
+
+
     from rich.table import Table
 
     from models.pretrained import build_command
