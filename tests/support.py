@@ -32,6 +32,23 @@ def models_with(path: str) -> list[str]:
     return list(by_mechanism.values())
 
 
+def interrupt_training_at(monkeypatch, step: int) -> None:
+    """Make the next training run receive Ctrl-C (SIGINT) while it fetches the batch of ``step``;
+    ``monkeypatch.undo()`` lets later runs go on."""
+    import signal
+
+    from interp.train_setup import BatchSource
+
+    fetch = BatchSource.__call__
+
+    def interrupted(self, at):
+        if at == step:
+            signal.raise_signal(signal.SIGINT)
+        return fetch(self, at)
+
+    monkeypatch.setattr(BatchSource, "__call__", interrupted)
+
+
 def rms(t: torch.Tensor) -> torch.Tensor:
     return t.double().pow(2).mean().sqrt()
 

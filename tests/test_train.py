@@ -15,6 +15,7 @@ from interp.train import (
 )
 import models
 from models import ModelConfig
+from support import interrupt_training_at
 
 SMALL = dict(seq_len=32, batch_size=4, warmup=3, eval_n=5)
 
@@ -81,14 +82,7 @@ def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch):
     cfg = TrainConfig(steps=8, **SMALL)
     train(mc, cfg, tmp_path / "full", progress=False)
 
-    fetch = BatchSource.__call__
-
-    def interrupt_at_step_4(self, step):
-        if step == 4:
-            signal.raise_signal(signal.SIGINT)
-        return fetch(self, step)
-
-    monkeypatch.setattr(BatchSource, "__call__", interrupt_at_step_4)
+    interrupt_training_at(monkeypatch, 4)
     with pytest.raises(TrainingInterrupted) as stop:
         train(mc, cfg, tmp_path / "part", progress=False)
     assert stop.value.step == 5
