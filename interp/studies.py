@@ -1,5 +1,6 @@
-"""``glitchlens reproduce app-a | sharpening | mixture``: sweeps that test one claim of the
-papers each, with the seeds fixed before the runs and every run kept, learned or not.
+"""``glitchlens reproduce app-a | tda-threshold | sharpening | mixture | table1-budget``: sweeps
+that test one claim of the papers each, with the seeds fixed before the runs and every run kept,
+learned or not.
 
 A study is a set of named runs, each a :class:`interp.specimens.Specimen` (a model, a size, a
 recipe and the options beyond them), trained and evaluated as ``reproduce table1``'s runs are
@@ -17,6 +18,11 @@ written here before its runs, so that no seed is chosen after seeing it.
   without an error, and *generalises* when it has learned and >= 99% of the sequences of each
   of the three splits are read without an error. The pair to ship is chosen by
   :data:`APP_A_RULE`.
+- ``tda-threshold``: TDA whose threshold ends at the paper's beta = 1 (:func:`tda_threshold_run`).
+- ``sharpening``: the flip-flop paper's attention-sharpening regularisers (Sec. 5.2) on
+  ``automaton-1l`` and ``rope-mech``, with the share of sharp reads (:func:`sharpening_evaluation`).
+- ``mixture``: the flip-flop paper's R4, RoPE trained on a mixture of sparsities.
+- ``table1-budget``: the Table 1 baselines that did not learn in 1000 steps, at 3000 and 10,000.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from interp.reproduce import LEARNED, QUICK_EVAL_N, SPLIT_ORDER, flipflop_evaluation, train_and_evaluate
+from interp.reproduce import LEARNED, QUICK_EVAL_N, SCALES, SPLIT_ORDER, flipflop_evaluation, train_and_evaluate
 from interp.specimens import Specimen
 from interp.sweeps import run_all
 
@@ -127,7 +133,27 @@ def _sharpness(model, tokens, probe, share, batch: int = 20) -> list[dict]:
     return share(pd.concat(tables, ignore_index=True), SHARP).to_dict("records")
 
 
-STUDIES = {"app-a": app_a_runs, "tda-threshold": tda_threshold_runs, "sharpening": sharpening_runs}
+def mixture_runs() -> dict[str, Specimen]:
+    """The flip-flop paper's R4 (Fig. 9): rope-mech's set-up trained on the long-tailed mixture of
+    FFL(0.8), FFL(0.98) and FFL(0.1) (``--mixture``) instead of FFL(0.8), seeds 0-2."""
+    return {f"rope-mixture-seed{seed}": Specimen("rope", "tiny", {**SCALES["cpu"].training(seed), "mixture": True},
+                                                 SCALES["cpu"].recipe) for seed in (0, 1, 2)}
+
+
+TABLE1_BUDGET_MODELS = ("nope", "ape", "rel", "label", "diff")
+TABLE1_BUDGETS = (3000, 10_000)
+
+
+def table1_budget_runs() -> dict[str, Specimen]:
+    """The Table 1 runs of ``reproduce table1 --scale cpu`` (seed 0) of the models that did not
+    learn ``iid`` in 1000 steps, and Diff, whose ``dense`` collapsed, at longer budgets."""
+    return {f"{model}-steps{steps}-seed0": Specimen(model, "tiny", {**SCALES["cpu"].training(0), "steps": steps},
+                                                    SCALES["cpu"].recipe)
+            for steps in TABLE1_BUDGETS for model in TABLE1_BUDGET_MODELS}
+
+
+STUDIES = {"app-a": app_a_runs, "tda-threshold": tda_threshold_runs, "sharpening": sharpening_runs,
+           "mixture": mixture_runs, "table1-budget": table1_budget_runs}
 EVALUATIONS = {"sharpening": sharpening_evaluation}
 
 
@@ -156,7 +182,7 @@ def run_study(study: str, out: str | Path, jobs: int = 2, ray_address: str | Non
                if f.exists()]
     if not results:
         raise ValueError(f"no finished run under {out / 'runs'}: run the study first (without --report-only)")
-    frame = run_table(results)
+    frame = (sharpening_table if study == "sharpening" else run_table)(results)
     frame.to_csv(out / "runs.csv", index=False)
     (out / "summary.md").write_text(SUMMARIES[study](frame))
     return frame
@@ -214,13 +240,65 @@ def app_a_chosen_seed(frame: pd.DataFrame) -> int | None:
     return None
 
 
-def tda_threshold_summary(frame: pd.DataFrame) -> str:
-    """Every run's accuracies; beta, sparsity and the survivor statistics are measured on the
-    checkpoints (``glitchlens pretrained``, ``diagnose``, docs/results.md)."""
-    lines = ["| run | held-out | iid | dense | sparse (first 10,000) |", "|---|---|---|---|---|"]
-    lines += [f"| {r.name} | {100 * r.held_out:.1f}% | {100 * r.iid:.1f}% | {100 * r.dense:.1f}% | "
-              f"{100 * r.sparse:.1f}% |" for r in frame.itertuples()]
-    return "Sequence accuracy of TDA trained with beta ramped from 0 to 1 and held.\n\n" + "\n".join(lines) + "\n"
+def accuracy_summary(title: str):
+    """A summary that lists every run's sequence accuracies under ``title``."""
+    def summary(frame: pd.DataFrame) -> str:
+        lines = ["| run | held-out | iid | dense | sparse (first 10,000) | learned |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r.name} | {100 * r.held_out:.1f}% | {100 * r.iid:.1f}% | {100 * r.dense:.1f}% | "
+                  f"{100 * r.sparse:.1f}% | {'yes' if r.learned else 'no'} |" for r in frame.itertuples()]
+        return f"{title} Learned: >= 99% of 1000 held-out sequences right.\n\n" + "\n".join(lines) + "\n"
+    return summary
 
 
-SUMMARIES = {"app-a": app_a_summary, "tda-threshold": tda_threshold_summary}
+def sharpening_table(results: list[dict]) -> pd.DataFrame:
+    """One row per sharpening run: ``base`` (the set-up), ``regulariser``, ``reg_coef``, ``seed``;
+    for ``rope-mech`` the read errors and rates on ``sparse`` and ``dense`` with their 95% upper
+    bounds and the ``iid``/held-out accuracies, for ``automaton-1l`` the state accuracy at the
+    training length and at T = 512; ``sharp_*``: the share of sharp reads of each layer
+    (:func:`sharpening_evaluation`), ``sharp``: the largest over layers."""
+    rows = []
+    for r in results:
+        row = {"name": r["name"], "base": r["name"].rsplit("-", 2)[0],
+               "regulariser": r["regulariser"], "reg_coef": r["reg_coef"], "seed": r["seed"]}
+        if "automaton" in r:
+            for T, a in r["automaton"].items():
+                row |= {f"state_accuracy_T{T}": a["position_accuracy"], f"sequence_accuracy_T{T}": a["sequence_accuracy"]}
+        else:
+            row |= {"held_out": r["held_out"]["sequence_accuracy"], "iid": r["splits"]["iid"]["sequence_accuracy"]}
+            for split in ("sparse", "dense"):
+                s = r["splits"][split]
+                row |= {f"{split}_read_errors": s["read_errors"], f"{split}_reads": s["reads"],
+                        f"{split}_error_rate": s["error_rate"], f"{split}_error_upper95": s["error_rate_upper95"]}
+        shares = [layer for measured in r["sharpness"].values() for layer in measured]
+        for layer in {m["layer"] for m in shares}:
+            at = [m for m in shares if m["layer"] == layer]
+            row[f"sharp_L{layer}"] = sum(m["sharp"] for m in at) / sum(m["n"] for m in at)
+        row["sharp"] = max(v for k, v in row.items() if k.startswith("sharp_L"))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def sharpening_summary(frame: pd.DataFrame) -> str:
+    """Per set-up and regulariser: each seed's error rates (rope-mech) or state accuracies
+    (automaton-1l) and its share of sharp reads."""
+    lines = ["| set-up | regulariser | seed | sparse read errors (rate, 95% upper) | dense read errors (rate, 95% "
+             "upper) | iid | automaton state accuracy T = 128 / 512 | sharp reads (largest layer) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in frame.sort_values(["base", "regulariser", "reg_coef", "seed"]).to_dict("records"):
+        regulariser = "none" if r["regulariser"] == "none" else f"{r['regulariser']} {r['reg_coef']:g}"
+        if r["base"] == "rope-mech":
+            errors = [f"{r[f'{s}_read_errors']:.0f} of {r[f'{s}_reads']:.0f} ({r[f'{s}_error_rate']:.2e}, "
+                      f"<= {r[f'{s}_error_upper95']:.2e})" for s in ("sparse", "dense")]
+            cells = [*errors, f"{100 * r['iid']:.1f}%", ""]
+        else:
+            cells = ["", "", "", f"{100 * r['state_accuracy_T128']:.3f}% / {100 * r['state_accuracy_T512']:.3f}%"]
+        lines.append(f"| {r['base']} | {regulariser} | {r['seed']} | " + " | ".join(cells) + f" | {r['sharp']:.3f} |")
+    return (f"Sharp read: some head puts >= {SHARP} of its weight on the last write (automaton: at every position "
+            f"after the first write), on the first {SHARPNESS_N} sparse and dense sequences (automaton: "
+            f"{SHARPNESS_N} sequences at T = 128).\n\n" + "\n".join(lines) + "\n")
+
+
+SUMMARIES = {"app-a": app_a_summary, "sharpening": sharpening_summary,
+             "tda-threshold": accuracy_summary("TDA trained with beta ramped from 0 to 1 at step 500-1000, then held."),
+             "mixture": accuracy_summary("RoPE (rope-mech's set-up) trained on the FFL(0.8/0.98/0.1) mixture."),
+             "table1-budget": accuracy_summary("Table 1 models (cpu scale, seed 0) at 3000 and 10,000 steps.")}

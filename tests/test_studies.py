@@ -126,3 +126,23 @@ def test_a_study_run_is_trained_once_and_the_summary_is_written_from_finished_ru
     assert frame.name.tolist() == ["fot-T512-seed0"] and "Chosen: no seed yet" in (tmp_path / "summary.md").read_text()
     with pytest.raises(ValueError, match="unknown study"):
         studies.run_study("nosuch", tmp_path)
+
+
+def test_the_sharpening_table_reads_both_set_ups_and_takes_the_sharpest_layer():
+    split = {"read_errors": 3, "reads": 1000, "error_rate": 0.003, "error_rate_upper95": 0.0088, "sequence_accuracy": 0.9}
+    rope = {"name": "rope-mech-linf0.1-seed1", "regulariser": "linf", "reg_coef": 0.1, "seed": 1,
+            "held_out": {"sequence_accuracy": 1.0}, "splits": {"iid": split, "sparse": split, "dense": split},
+            "sharpness": {"sparse": [{"layer": 0, "n": 10, "sharp": 1, "share": 0.1},
+                                     {"layer": 1, "n": 10, "sharp": 8, "share": 0.8}],
+                          "dense": [{"layer": 0, "n": 30, "sharp": 3, "share": 0.1},
+                                    {"layer": 1, "n": 30, "sharp": 6, "share": 0.2}]}}
+    automaton = {"name": "automaton-1l-none-seed0", "regulariser": "none", "reg_coef": 0.0, "seed": 0,
+                 "automaton": {"128": {"position_accuracy": 1.0, "sequence_accuracy": 1.0},
+                               "512": {"position_accuracy": 0.99, "sequence_accuracy": 0.5}},
+                 "sharpness": {"train": [{"layer": 0, "n": 100, "sharp": 25, "share": 0.25}]}}
+    frame = studies.sharpening_table([rope, automaton])
+    assert frame.base.tolist() == ["rope-mech", "automaton-1l"]
+    assert frame.sharp_L1[0] == pytest.approx(14 / 40) and frame.sharp.tolist() == pytest.approx([14 / 40, 0.25])
+    summary = studies.sharpening_summary(frame)
+    assert "| rope-mech | linf 0.1 | 1 | 3 of 1000 (3.00e-03, <= 8.80e-03)" in summary
+    assert "| automaton-1l | none | 0 |" in summary and "100.000% / 99.000%" in summary
