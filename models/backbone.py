@@ -24,23 +24,25 @@ from kernels.common import upcast
 from kernels.rows import at_rows
 from models.attention import get_attention_class
 from models.config import ModelConfig
-from models.lens import HookedModelMixin, check_positions
+from models.lens import HookedModelMixin, check_positions, check_return_type
 from models.tokens import as_token_ids
 
 
 class RMSNorm(nn.Module):
-    """``x / rms(x) * w``; hooks ``hook_scale`` ``[batch, pos, 1]`` and ``hook_normalized``."""
+    """``x / rms(x) * w``; hooks ``hook_scale`` ``[batch, pos, 1]``, ``hook_normalized`` (the output)
+    and ``hook_normalized_tl`` (``x / rms(x)`` before the gain: TransformerLens's ``hook_normalized``)."""
 
     def __init__(self, d: int, eps: float = 1e-6):
         super().__init__()
         self.eps = eps
         self.w = nn.Parameter(torch.ones(d))
         self.hook_scale = HookPoint()
+        self.hook_normalized_tl = HookPoint()
         self.hook_normalized = HookPoint()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         scale = self.hook_scale((upcast(x).pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
-        return self.hook_normalized((upcast(x) / scale).to(x.dtype) * self.w)
+        return self.hook_normalized(self.hook_normalized_tl((upcast(x) / scale).to(x.dtype)) * self.w)
 
 
 class SwiGLU(nn.Module):
@@ -227,6 +229,28 @@ class GlitchLensTransformer(HookedModelMixin, HookedRootModule):
         ``W_O``, so for them it is the map up to that per-query rescaling."""
         return FactoredMatrix(self.W_V, self.W_O)
 
+    def ln1_gains(self) -> torch.Tensor:
+        """``[n_layers, 1, d_model, 1]``: each block's ln1 gain, to fold into a per-head map's rows."""
+        return torch.stack([block.ln1.w for block in self.blocks])[:, None, :, None]
+
+    @property
+    def QK_tl(self) -> FactoredMatrix:
+        """:attr:`QK` as TransformerLens has it for a model loaded with ``fold_ln`` (its default):
+        each block's ln1 gain folded in on both sides, so it is the bilinear form of
+        ``hook_attn_scores`` on ``ln1.hook_normalized_tl`` (x / rms(x), before the gain). Like
+        TransformerLens's, before the mechanism's scaling and any rotation; here also before TRA's
+        and TDA's q/k normalisation."""
+        gains, QK = self.ln1_gains(), self.QK
+        return FactoredMatrix(gains * QK.A, QK.B * gains.transpose(-2, -1))
+
+    @property
+    def OV_tl(self) -> FactoredMatrix:
+        """:attr:`OV` with each block's ln1 gain folded into ``W_V``, as TransformerLens's ``OV`` of
+        a model loaded with ``fold_ln``: the map from ``ln1.hook_normalized_tl`` at a key to what
+        the head writes per unit of weight on it (up to the per-query rescaling of ``diff``,
+        ``trela`` and ``tda``)."""
+        return FactoredMatrix(self.ln1_gains() * self.W_V, self.W_O)
+
     @property
     def folded_W_U(self) -> torch.Tensor:
         """``W_U`` ``[d_model, d_vocab]`` with the final RMSNorm's gain folded in (TransformerLens's
@@ -240,6 +264,24 @@ class GlitchLensTransformer(HookedModelMixin, HookedRootModule):
         if include_mlp_biases:
             bias = bias + self.b_out[:layer].sum(0)
         return bias + self.b_O[layer] if mlp_input else bias
+
+    def set_use_attn_result(self, use_attn_result: bool) -> None:
+        """TransformerLens's switch: with it on, each block's attention computes every head's output
+        ``z @ W_O`` at ``attn.hook_result`` ``[batch, pos, head, d_model]`` and sums them, so the
+        heads' outputs can be cached and edited one by one; off (the default), one product."""
+        self.cfg.use_attn_result = use_attn_result
+
+    def tl_hook_aliases(self) -> dict[str, str]:
+        """``attn.hook_attn_scores_tl`` and ``attn.hook_pattern_tl`` of every block: the hooks that
+        hold TransformerLens's ``hook_attn_scores`` (our ``hook_attn_logits``) and
+        ``hook_pattern`` (what the normalisation makes of them: ``hook_pattern``, or view 1 where
+        the mechanism subtracts two views)."""
+        aliases = {}
+        for layer, block in enumerate(self.blocks):
+            attn = f"blocks.{layer}.attn."
+            aliases[attn + "hook_attn_scores_tl"] = attn + "hook_attn_logits"
+            aliases[attn + "hook_pattern_tl"] = attn + block.attn.TL_PATTERN_HOOK
+        return aliases
 
     def set_use_split_qkv_input(self, use_split_qkv_input: bool) -> None:
         """TransformerLens's per-head copies of each block's input, which direct path patching
@@ -275,18 +317,30 @@ class GlitchLensTransformer(HookedModelMixin, HookedRootModule):
             resid = resid + self.hook_pos_embed(self.W_pos[pos].expand_as(resid))
         return self.embed_dropout(resid)
 
-    def forward(self, tokens: torch.Tensor, return_type: str = "logits") -> torch.Tensor:
-        """``return_type``: ``"logits"`` ``[batch, pos, d_vocab]``, or ``"normalized"`` (the
-        final RMSNorm output ``[batch, pos, d_model]``, for unembedding a few positions).
-        Empty inputs (no sequences, or T = 0) give empty outputs of those shapes."""
-        if return_type not in ("logits", "normalized"):
-            raise ValueError(f"return_type must be 'logits' or 'normalized', got {return_type!r}")
+    def forward(self, tokens: torch.Tensor, return_type: str | None = "logits", loss_per_token: bool = False, *,
+                reads_only: bool = False, stop_at_layer: int | None = None):
+        """TransformerLens's forward on token ids ``[batch, pos]``. ``return_type``: ``"logits"``
+        ``[batch, pos, d_vocab]``, ``"loss"`` (:meth:`next_token_loss`, with ``loss_per_token``
+        and ``reads_only``), ``"both"`` (``Output(logits, loss)``), None (runs the model, for its
+        hooks, and returns None), or ``"normalized"`` (the final RMSNorm output ``[batch, pos,
+        d_model]``, for unembedding a few positions). ``stop_at_layer``: run only the blocks
+        before it (negative counts from the end) and return the residual stream there,
+        ``[batch, pos, d_model]``. Empty inputs (no sequences, or T = 0) give empty outputs of
+        those shapes."""
+        check_return_type(return_type)
+        blocks = self.blocks
+        if stop_at_layer is not None:
+            if not isinstance(stop_at_layer, int) or not -len(blocks) <= stop_at_layer <= len(blocks):
+                raise ValueError(f"stop_at_layer must be an integer in [-{len(blocks)}, {len(blocks)}] for "
+                                 f"{len(blocks)} blocks, got {stop_at_layer!r}")
+            blocks = blocks[:stop_at_layer]
         resid = self.embed(tokens)
         if resid.numel():  # the mechanisms need at least one query and one key
-            for block in self.blocks:
+            for block in blocks:
                 resid = block(resid)
-        normalized = self.ln_final(resid)
-        return normalized if return_type == "normalized" else self.unembed(normalized)
+        if stop_at_layer is not None:
+            return resid
+        return self.output_as(return_type, self.ln_final(resid), tokens, loss_per_token, reads_only)
 
     def normalized_at(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """``forward(tokens, "normalized")`` at ``positions [batch, n]`` (each row's positions

@@ -61,7 +61,10 @@ class ModelConfig:
     The other config attributes TransformerLens's ``ActivationCache`` helpers and
     ``transformer_lens.patching`` read are not fields, so no saved config changes: the
     properties ``attn_only``, ``normalization_type`` and ``n_key_value_heads`` follow from
-    the fields, and ``device`` is kept current by the model built from the config.
+    the fields, and ``device`` is kept current by the model built from the config. So do the
+    attributes TransformerLens code reads about a model (``act_fn``, ``gated_mlp``,
+    ``positional_embedding_type``, ``default_prepend_bos``, ``model_name``, ``dtype``,
+    ``use_attn_result``), each with TransformerLens's meaning.
     """
 
     model: str = "rope"
@@ -131,6 +134,12 @@ class ModelConfig:
     # it current when it moves (models.lens.HookedModelMixin), as TransformerLens's models do.
     # Not annotated, so not a field: never saved, never compared.
     device = None
+    # TransformerLens's cfg.dtype (the parameters' dtype, kept current as ``device`` is) and
+    # cfg.use_attn_result (whether each head's output is computed at ``attn.hook_result``; the
+    # model's ``set_use_attn_result`` sets it). Not fields either.
+    dtype = None
+    use_attn_result = False
+    _model_name = None
 
     @property
     def d_head(self) -> int:
@@ -151,6 +160,48 @@ class ModelConfig:
     def n_key_value_heads(self) -> int | None:
         """None: every head has its own keys and values (no grouped-query attention)."""
         return None
+
+    @property
+    def act_fn(self) -> str | None:
+        """``"silu"``: the MLP is SwiGLU, ``silu(x W_gate) * (x W_in)`` (``gated_mlp``); None for
+        the LSTM, which has no MLP."""
+        return None if self.model == "lstm" else "silu"
+
+    @property
+    def gated_mlp(self) -> bool:
+        return self.model != "lstm"
+
+    @property
+    def positional_embedding_type(self) -> str:
+        """TransformerLens's name of the position encoding: ``"standard"`` (APE's learned table),
+        ``"rotary"`` (RoPE, and by default Diff, trela and TDA), ``"alibi"``, ``"relative_positional_bias"``
+        (REL, T5-style); ``"label"`` for Label, which TransformerLens does not have; ``"none"`` where
+        only the mechanism itself sees positions (NoPE, TRA's and FoT's decay, CoPE's gates)."""
+        from models.attention import get_attention_class
+
+        if self.pos_embed != "none":
+            return {"learned": "standard"}.get(self.pos_embed, self.pos_embed)
+        if self.attention is None:
+            return "none"
+        options = get_attention_class(self.attention).Options(**self.attention_options)  # with its defaults
+        if getattr(options, "rope", False):
+            return "rotary"
+        return {"alibi": "alibi", "rel": "relative_positional_bias"}.get(getattr(options, "bias", None), "none")
+
+    @property
+    def default_prepend_bos(self) -> bool:
+        """False: the vocabulary has no BOS token."""
+        return False
+
+    @property
+    def model_name(self) -> str:
+        """What the model was loaded as: the specimen's name for ``load_pretrained`` (``"tra-mech"``),
+        else the model name (``"tra"``). Assignable; not saved."""
+        return self._model_name or self.model
+
+    @model_name.setter
+    def model_name(self, name: str) -> None:
+        self._model_name = name
 
     @classmethod
     def from_preset(cls, model: str, preset: str = "tiny", **overrides) -> "ModelConfig":

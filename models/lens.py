@@ -1,26 +1,30 @@
-"""TransformerLens parity: what TransformerLens's ``ActivationCache`` helpers and
-``transformer_lens.patching`` need from a model besides its hooks, shared by the transformer
-and the LSTM.
+"""TransformerLens parity: what TransformerLens's ``ActivationCache`` helpers,
+``transformer_lens.patching`` and code written for ``HookedTransformer`` need from a model
+besides its hooks, shared by the transformer and the LSTM.
 
 - :class:`GlitchLensCache`, the ``ActivationCache`` that ``run_with_cache`` returns. Its
   shorthand also reaches the mechanisms' own hooks (``cache["dbar", 1]`` is
-  ``blocks.1.attn.hook_dbar``), a missing key says why it is missing, and it refuses to split
-  a residual stream that is not a sum (``norm_placement="stream"``) into its parts.
-- :class:`HookedModelMixin`: ``run_with_cache`` returning that cache, ``cfg.device`` kept
-  current, the flip-flop letters as the tokenizer (``to_tokens``, ``to_str_tokens``, ...), and
-  the residual directions of tokens for logit attribution.
+  ``blocks.1.attn.hook_dbar``) and the ``*_tl`` aliases, a missing key says why it is missing,
+  and its stream decompositions stay exact where each block renormalises the stream
+  (``norm_placement="stream"``).
+- :class:`HookedModelMixin`: ``run_with_cache`` returning that cache, TransformerLens's return
+  types and next-token loss, ``generate``, ``cfg.device`` and ``cfg.dtype`` kept current, the
+  flip-flop letters as the tokenizer (``to_tokens``, ``to_str_tokens``, ...), and the residual
+  directions of tokens for logit attribution.
 """
 
 from __future__ import annotations
 
-import functools
 import re
+from typing import NamedTuple
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 from transformer_lens import ActivationCache
-from transformer_lens.utilities import get_act_name
+from transformer_lens.utilities import Slice, get_act_name, lm_cross_entropy_loss, sample_logits
 
+from kernels.common import upcast
 from kernels.rows import at_rows
 from models.tokens import FLIPFLOP_VOCAB, as_token_ids
 
@@ -33,47 +37,71 @@ def hook_name(model, key: str | tuple) -> str:
     ``blocks.1.attn.hook_dbar``, which ``get_act_name`` would place at ``blocks.1.hook_dbar``,
     and the model's own names come before TransformerLens's aliases: ``("attn_logits", 0)`` is
     ``blocks.0.attn.hook_attn_logits``, not the ``hook_attn_scores`` it aliases in
-    TransformerLens. Negative layers count from the end."""
+    TransformerLens. Negative layers count from the end. An alias (``hook_pattern_tl``, see
+    :meth:`HookedModelMixin.tl_hook_aliases`) means the hook it stands for."""
     if isinstance(key, str):
-        return get_act_name(key)
+        full_name = get_act_name(key)
+        return model.hook_aliases.get(full_name, full_name)
     name, layer, layer_type = (*key, None, None)[:3]
     if layer is not None and layer < 0:
         layer += model.cfg.n_layers
     if layer is not None and layer_type is None:
         pattern = re.compile(rf"blocks\.{layer}\.(?:\w+\.)?hook_{re.escape(name)}")
-        own = [hook for hook in model.hook_dict if pattern.fullmatch(hook)]
+        own = [hook for hook in (*model.hook_dict, *model.hook_aliases) if pattern.fullmatch(hook)]
         if len(own) == 1:
-            return own[0]
+            return model.hook_aliases.get(own[0], own[0])
         if own:
             sublayer = own[0].split(".")[2]
             raise KeyError(f"{key!r} could be any of {', '.join(own)}: name the sublayer, "
                            f"e.g. cache[{name!r}, {layer}, {sublayer!r}]")
-    return get_act_name(name, layer, layer_type)
+    full_name = get_act_name(name, layer, layer_type)
+    return model.hook_aliases.get(full_name, full_name)
 
 
-def needs_additive_stream(helper):
-    """Wrap an ``ActivationCache`` helper that splits the residual stream into the embeddings
-    and the block outputs added to it. With ``norm_placement="stream"`` every sublayer
-    replaces the stream by its normalisation, so an output reaches the later stream rescaled
-    by each norm's gain and scale, and the stream is not the sum of the outputs: the helper
-    would attribute to each output what it does not contribute."""
+# The first norm a component written to the stream passes, counting every block's ln1 and ln2
+# in order (block l's ln1 is norm 2 l, its ln2 norm 2 l + 1), by the label TransformerLens's
+# stack helpers give it: the embeddings pass every norm; block l's attention output (and each
+# head's share) is added after its ln1, its MLP output (each neuron's) after its ln2.
+COMPONENT_LABEL = re.compile(r"(?:(\d+)_attn_out|L(\d+)H\d+)|(?:(\d+)_mlp_out|L(\d+)N\d+)")
 
-    @functools.wraps(helper)
-    def checked(cache: "GlitchLensCache", *args, **kwargs):
-        if cache.model.cfg.norm_placement == "stream":
-            raise ValueError(
-                f"{helper.__name__} splits the residual stream into the outputs added to it, but with "
-                "norm_placement='stream' each block replaces the stream by its normalisation, so the "
-                "stream is not the sum of the earlier outputs. What still holds: accumulated_resid, "
-                "logit_lens, apply_ln_to_stack and logit_attrs on the stream itself, and patching.")
-        return helper(cache, *args, **kwargs)
 
-    return checked
+def first_norm(label: str) -> int:
+    if label in ("embed", "pos_embed"):
+        return 0
+    match = COMPONENT_LABEL.fullmatch(label)
+    if match is None:
+        raise ValueError(f"no stream component is labelled {label!r}")
+    attn_layer, head_layer, mlp_layer, neuron_layer = match.groups()
+    if attn_layer or head_layer:
+        return 2 * int(attn_layer or head_layer) + 1
+    return 2 * int(mlp_layer or neuron_layer) + 2
+
+
+def as_slice(pos_slice) -> Slice:
+    """TransformerLens's ``pos_slice`` argument as its helpers read it (an int drops the axis)."""
+    return pos_slice if isinstance(pos_slice, Slice) else Slice(pos_slice)
+
+
+def target_layer(model, layer: int | None) -> int:
+    """TransformerLens's ``layer`` argument: None and -1 mean the unembedding, ``n_layers``."""
+    return model.cfg.n_layers if layer is None or layer == -1 else layer
 
 
 class GlitchLensCache(ActivationCache):
     """TransformerLens's ``ActivationCache``, with the keys of :func:`hook_name`, errors that
-    name what is missing, and the stream decompositions refused where the stream is no sum."""
+    name what is missing, and stream decompositions that hold for every norm placement.
+
+    With ``norm_placement="stream"`` each block replaces the stream by its normalisation before
+    each sublayer, so the stream is not the sum of the embeddings and the outputs added to it.
+    With every norm's scale frozen at its cached value (``hook_scale``, as ``apply_ln_to_stack``
+    freezes the last one) each norm is linear, ``x -> x * w / scale`` per position, and the
+    stream entering a norm is exactly the sum of each component times the factors ``w / scale``
+    of the norms between where it was added and there. ``decompose_resid``,
+    ``stack_head_results``, ``stack_neuron_results`` and ``get_full_resid_decomposition``
+    return the components so rescaled (:meth:`through_later_norms`), so that they add up to the
+    stream they decompose, and ``apply_ln_to_stack`` and ``logit_attrs`` on them add up to the
+    logits. With ``norm_placement="pre"`` every factor is 1 and TransformerLens's helpers run
+    unchanged."""
 
     def __getitem__(self, key) -> torch.Tensor:
         if isinstance(key, str) and key in self.cache_dict:
@@ -96,11 +124,111 @@ class GlitchLensCache(ActivationCache):
         sliced = super().apply_slice_to_batch_dim(batch_slice)
         return GlitchLensCache(sliced.cache_dict, self.model, has_batch_dim=sliced.has_batch_dim)
 
-    decompose_resid = needs_additive_stream(ActivationCache.decompose_resid)
-    stack_head_results = needs_additive_stream(ActivationCache.stack_head_results)
-    stack_neuron_results = needs_additive_stream(ActivationCache.stack_neuron_results)
-    get_full_resid_decomposition = needs_additive_stream(ActivationCache.get_full_resid_decomposition)
+    @property
+    def normalises_stream(self) -> bool:
+        return self.model.cfg.norm_placement == "stream"
 
+    def norm_factors(self, layer: int, mlp_input: bool, pos_slice: Slice) -> torch.Tensor:
+        """``[2 layer + mlp_input + 1, *batch_and_pos, d_model]``: row ``n`` is the product of
+        ``w / scale`` of the norms from norm ``n`` (see :func:`first_norm`) up to the one block
+        ``layer`` applies first (its ln2 with ``mlp_input``, ``ln_final`` for ``n_layers``),
+        which is left out, as ``apply_ln_to_stack`` applies it; the last row is 1. At least one
+        norm must lie in between."""
+        factors = []
+        for index in reversed(range(2 * layer + mlp_input)):
+            sublayer = ("ln1", "ln2")[index % 2]
+            scale = pos_slice.apply(self[f"blocks.{index // 2}.{sublayer}.hook_scale"], dim=-2)
+            factor = getattr(self.model.blocks[index // 2], sublayer).w / scale
+            factors.append(factor * factors[-1] if factors else factor)
+        return torch.stack([*factors[::-1], torch.ones_like(factors[0])])
+
+    def through_later_norms(self, stack: torch.Tensor, labels: list[str], layer: int, mlp_input: bool,
+                            pos_slice: Slice) -> torch.Tensor:
+        """``stack [component, *batch_and_pos, d_model]``, labelled as TransformerLens's helpers
+        label it, with each component times the factors of the norms between where it was added
+        and the input of block ``layer`` (its MLP with ``mlp_input``). A final ``"remainder"``
+        becomes what the rescaled components leave of the stream it made up."""
+        if layer == 0 and not mlp_input:  # nothing has passed a norm yet
+            return stack
+        factors = self.norm_factors(layer, mlp_input, pos_slice)
+        last = len(factors) - 1
+        has_remainder = bool(labels) and labels[-1] == "remainder"
+        components = stack[:-1] if has_remainder else stack
+        first = torch.tensor([min(first_norm(label), last) for label in labels[:len(components)]],
+                             dtype=torch.long, device=factors.device)
+        rescaled = components * factors[first]
+        if not has_remainder:
+            return rescaled
+        remainder = stack[-1] + components.sum(0) - rescaled.sum(0)
+        return torch.cat([rescaled, remainder[None]])
+
+    def finish(self, stack: torch.Tensor, labels: list[str], layer: int, mlp_input: bool, pos_slice: Slice,
+               apply_ln: bool, return_labels: bool, project_output_onto: torch.Tensor | None = None):
+        """A rescaled stack through ``apply_ln`` and the projection, in TransformerLens's order,
+        returned as TransformerLens's helpers return it."""
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, layer, mlp_input=mlp_input, pos_slice=pos_slice)
+        if project_output_onto is not None:
+            stack = stack @ project_output_onto.to(stack.dtype)
+        return (stack, labels) if return_labels else stack
+
+    def decompose_resid(self, layer=None, mlp_input=False, mode="all", apply_ln=False, pos_slice=None,
+                        incl_embeds=True, return_labels=False):
+        if not self.normalises_stream:
+            return super().decompose_resid(layer, mlp_input, mode, apply_ln, pos_slice, incl_embeds, return_labels)
+        layer, pos_slice = target_layer(self.model, layer), as_slice(pos_slice)
+        stack, labels = super().decompose_resid(layer, mlp_input, mode, False, pos_slice, incl_embeds, True)
+        stack = self.through_later_norms(stack, labels, layer, mlp_input, pos_slice)
+        return self.finish(stack, labels, layer, mlp_input, pos_slice, apply_ln, return_labels)
+
+    def stack_head_results(self, layer=-1, return_labels=False, incl_remainder=False, pos_slice=None, apply_ln=False):
+        if not self.normalises_stream:
+            return super().stack_head_results(layer, return_labels, incl_remainder, pos_slice, apply_ln)
+        layer, pos_slice = target_layer(self.model, layer), as_slice(pos_slice)
+        stack, labels = super().stack_head_results(layer, True, incl_remainder, pos_slice)
+        stack = self.through_later_norms(stack, labels, layer, False, pos_slice)
+        return self.finish(stack, labels, layer, False, pos_slice, apply_ln, return_labels)
+
+    def stack_neuron_results(self, layer, pos_slice=None, neuron_slice=None, return_labels=False,
+                             incl_remainder=False, apply_ln=False, project_output_onto=None, mlp_input=False):
+        if not self.normalises_stream:
+            return super().stack_neuron_results(layer, pos_slice, neuron_slice, return_labels, incl_remainder,
+                                                apply_ln, project_output_onto, mlp_input)
+        layer, pos_slice = target_layer(self.model, layer), as_slice(pos_slice)
+        stack, labels = super().stack_neuron_results(layer, pos_slice, neuron_slice, True, incl_remainder,
+                                                     mlp_input=mlp_input)
+        stack = self.through_later_norms(stack, labels, layer, mlp_input, pos_slice)
+        return self.finish(stack, labels, layer, mlp_input, pos_slice, apply_ln, return_labels, project_output_onto)
+
+    def get_full_resid_decomposition(self, layer=None, mlp_input=False, expand_neurons=True, apply_ln=False,
+                                     pos_slice=None, return_labels=False, project_output_onto=None):
+        """TransformerLens's decomposition into every head, every neuron (each MLP with
+        ``expand_neurons=False``), the embeddings and the biases; with ``norm_placement="stream"``
+        each through the later norms, the biases too, so the ``"bias"`` row varies by position."""
+        if not self.normalises_stream:
+            return super().get_full_resid_decomposition(layer, mlp_input, expand_neurons, apply_ln, pos_slice,
+                                                        return_labels, project_output_onto)
+        layer, pos_slice = target_layer(self.model, layer), as_slice(pos_slice)
+        # the helpers TransformerLens's own decomposition calls, without this class's rescaling
+        parts = [ActivationCache.stack_head_results(self, layer + mlp_input, pos_slice=pos_slice, return_labels=True)]
+        if layer > 0 and expand_neurons:
+            parts.append(ActivationCache.stack_neuron_results(self, layer, pos_slice=pos_slice, return_labels=True))
+        elif layer > 0:
+            parts.append(ActivationCache.decompose_resid(self, layer, pos_slice=pos_slice, incl_embeds=False,
+                                                         mode="mlp", return_labels=True))
+        parts.append(ActivationCache.decompose_resid(self, 0, pos_slice=pos_slice, return_labels=True))
+        labels = [label for _, part_labels in parts for label in part_labels]
+        stack = self.through_later_norms(torch.cat([part for part, _ in parts]), labels, layer, mlp_input, pos_slice)
+        # each bias, labelled as the output it is added with, through the norms after it
+        biases = [(f"{l}_attn_out", self.model.b_O[l]) for l in range(layer + mlp_input)]
+        if expand_neurons:  # otherwise the MLP outputs hold their biases
+            biases += [(f"{l}_mlp_out", self.model.b_out[l]) for l in range(layer)]
+        bias = torch.zeros_like(stack[:1])
+        if biases:
+            bias = self.through_later_norms(torch.stack([b.expand_as(stack[0]) for _, b in biases]),
+                                            [label for label, _ in biases], layer, mlp_input, pos_slice).sum(0, True)
+        return self.finish(torch.cat([stack, bias]), [*labels, "bias"], layer, mlp_input, pos_slice, apply_ln,
+                           return_labels, project_output_onto)
 
 def check_positions(tokens: torch.Tensor, positions: torch.Tensor) -> None:
     """Refuse query ``positions`` that are not ``[batch, n]`` integers inside ``tokens [batch, T]``."""
@@ -114,10 +242,36 @@ def check_positions(tokens: torch.Tensor, positions: torch.Tensor) -> None:
                          f"{int(positions.min())} to {int(positions.max())}")
 
 
+RETURN_TYPES = ("logits", "loss", "both", None, "normalized")
+
+
+def check_return_type(return_type) -> None:
+    if return_type not in RETURN_TYPES:
+        raise ValueError(f"return_type must be one of {', '.join(map(repr, RETURN_TYPES))}, got {return_type!r}")
+
+
+class Output(NamedTuple):
+    """What ``return_type="both"`` returns, as TransformerLens's ``HookedTransformer`` does."""
+
+    logits: torch.Tensor
+    loss: torch.Tensor
+
+
+def read_mask(tokens: torch.Tensor, vocab: tuple[str, ...]) -> torch.Tensor:
+    """``[batch, pos]`` True at each read: an ``r`` at an instruction position (even), whose next
+    token is the bit it reads (``interp.tasks.read_mask`` on numpy arrays)."""
+    if "r" not in vocab:
+        raise ValueError(f"reads_only needs the flip-flop vocabulary ({' '.join(FLIPFLOP_VOCAB)}); this model's is "
+                         f"{' '.join(vocab)}")
+    instruction = torch.arange(tokens.shape[-1], device=tokens.device) % 2 == 0
+    return (tokens == vocab.index("r")) & instruction
+
+
 class HookedModelMixin:
-    """What the transformer and the LSTM share besides ``HookedRootModule``: the cache, the
-    device, the vocabulary and the unembedding as TransformerLens's helpers read them. A model
-    defines ``W_E``, ``W_U`` and ``folded_W_U``.
+    """What the transformer and the LSTM share besides ``HookedRootModule``: the cache,
+    TransformerLens's return types and ``generate``, the device and dtype, the vocabulary and
+    the unembedding as TransformerLens's helpers read them. A model defines ``W_E``, ``W_U``,
+    ``unembed`` and ``folded_W_U``.
 
     ``vocab`` holds the token strings by id, the flip-flop letters; a model trained on another
     task can be given its own (one character per token) by assigning ``model.vocab``.
@@ -127,14 +281,52 @@ class HookedModelMixin:
 
     def setup(self):
         super().setup()
-        self.cfg.device = self.W_E.device  # where the parameters were created
+        self.cfg.device, self.cfg.dtype = self.W_E.device, self.W_E.dtype  # where the parameters were created
+        # run_with_hooks finds a hook by name in mod_dict: an alias names the hook it stands for
+        self.hook_aliases = self.tl_hook_aliases()
+        self.mod_dict.update({alias: self.hook_dict[name] for alias, name in self.hook_aliases.items()})
+
+    def tl_hook_aliases(self) -> dict[str, str]:
+        """``{alias: hook}``: names under which TransformerLens's meaning of a hook is reachable
+        where the model's own hook of that name means something else (none by default)."""
+        return {}
 
     def _apply(self, fn, *args, **kwargs):
-        # Every move (.to, .cuda, .cpu) goes through here: record where the parameters went,
-        # since transformer_lens.patching allocates its results on cfg.device.
+        # Every move (.to, .cuda, .cpu, .half) goes through here: record where the parameters
+        # went, since transformer_lens.patching allocates its results on cfg.device.
         module = super()._apply(fn, *args, **kwargs)
-        self.cfg.device = self.W_E.device
+        self.cfg.device, self.cfg.dtype = self.W_E.device, self.W_E.dtype
         return module
+
+    def output_as(self, return_type: str | None, normalized: torch.Tensor, tokens: torch.Tensor,
+                  loss_per_token: bool, reads_only: bool):
+        """The forward's result from the stream the unembedding reads, by ``return_type`` (see
+        the transformer's ``forward``)."""
+        if return_type in ("normalized", None):
+            return None if return_type is None else normalized
+        logits = self.unembed(normalized)
+        if return_type == "logits":
+            return logits
+        loss = self.next_token_loss(logits, tokens, loss_per_token, reads_only)
+        return loss if return_type == "loss" else Output(logits, loss)
+
+    def next_token_loss(self, logits: torch.Tensor, tokens: torch.Tensor, per_token: bool = False,
+                        reads_only: bool = False) -> torch.Tensor:
+        """TransformerLens's language-model loss, ``-log p(token t+1 | tokens up to t)``: its mean
+        over the ``[batch, pos - 1]`` predictions, or each of them with ``per_token``. With
+        ``reads_only``, the loss on the reads alone (each ``r``'s prediction of the bit it reads:
+        what the flip-flop papers score, and what ``--loss clean`` trains on): their mean, or per
+        token with 0 at the other predictions, as TransformerLens's masked positions."""
+        tokens = as_token_ids(tokens, self.cfg.d_vocab).to(logits.device)
+        losses = lm_cross_entropy_loss(upcast(logits), tokens, per_token=True)
+        if reads_only:
+            reads = read_mask(tokens, self.vocab)[:, :-1]
+            if not per_token and not reads.any():
+                raise ValueError("reads_only: these tokens have no read followed by its bit, so there is no loss "
+                                 "to average")
+            losses = losses.masked_fill(~reads, 0.0)
+            return losses if per_token else losses.sum() / reads.sum()
+        return losses if per_token else losses.mean()
 
     def normalized_at(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """``forward(tokens, "normalized")`` at ``positions [batch, n]``: ``[batch, n, d_model]``
@@ -147,11 +339,81 @@ class HookedModelMixin:
         """Whether any of the model's hook points has a hook attached."""
         return any(hook.has_hooks() for hook in self.hook_dict.values())
 
-    def run_with_cache(self, *args, **kwargs) -> tuple[torch.Tensor, GlitchLensCache]:
-        """``HookedRootModule.run_with_cache``, returning a :class:`GlitchLensCache`."""
-        out, cache = super().run_with_cache(*args, **kwargs)
+    def run_with_cache(self, *args, names_filter=None, incl_bwd: bool = False, **kwargs):
+        """``HookedRootModule.run_with_cache``, returning a :class:`GlitchLensCache`.
+        ``names_filter`` may name aliases (``hook_pattern_tl``): the hooks they stand for are
+        cached. ``incl_bwd`` runs ``backward()`` on the output, which must be one number:
+        ``return_type="loss"``."""
+        return_type = kwargs.get("return_type", args[1] if len(args) > 1 else "logits")
+        if incl_bwd and (return_type != "loss" or kwargs.get("loss_per_token") or kwargs.get("stop_at_layer")):
+            raise ValueError("incl_bwd=True calls backward() on the model's output, which must be one number: pass "
+                             "return_type='loss' (without loss_per_token or stop_at_layer)")
+        out, cache = super().run_with_cache(*args, names_filter=self.unaliased(names_filter), incl_bwd=incl_bwd,
+                                            **kwargs)
         cache_dict = cache.cache_dict if isinstance(cache, ActivationCache) else cache
         return out, GlitchLensCache(cache_dict, self, has_batch_dim=not kwargs.get("remove_batch_dim", False))
+
+    def unaliased(self, names_filter):
+        """A ``names_filter`` (a name, a list of names or a predicate) that also takes the hooks
+        that its aliases stand for."""
+        if isinstance(names_filter, str):
+            names_filter = [names_filter]
+        if isinstance(names_filter, list):
+            return [self.hook_aliases.get(name, name) for name in names_filter]
+        if callable(names_filter):
+            aliases_of = {}
+            for alias, name in self.hook_aliases.items():
+                aliases_of.setdefault(name, []).append(alias)
+            return lambda name: names_filter(name) or any(names_filter(alias) for alias in aliases_of.get(name, ()))
+        return names_filter
+
+    @torch.no_grad()
+    def generate(self, input: str | list[str] | torch.Tensor, max_new_tokens: int = 10, stop_at_eos: bool = True,
+                 eos_token_id: int | None = None, do_sample: bool = True, top_k: int | None = None,
+                 top_p: float | None = None, temperature: float = 1.0, prepend_bos: bool | None = None,
+                 return_type: str = "input", verbose: bool = True, seed: int | None = None):
+        """TransformerLens's ``generate``: ``input`` (a string, equally long strings, or ids
+        ``[batch, pos]``) continued by ``max_new_tokens`` tokens, each drawn from the model's
+        next-token distribution (``temperature``, ``top_k``, ``top_p``) or, with
+        ``do_sample=False``, its most likely token. ``seed`` draws from a generator of its own
+        (the global RNG is left as it was); without it, from the global RNG, as there. The
+        vocabulary has no EOS token: with ``eos_token_id`` (and ``stop_at_eos``) a sequence that
+        produced that token repeats it, and generation stops when every sequence has.
+        ``return_type``: ``"tokens"`` ``[batch, pos + new]``, ``"str"`` (a string per sequence,
+        one string for a string input), or ``"input"``, whichever of the two the input was.
+        ``verbose`` shows a progress bar on stderr. Each step runs the whole prefix again (no
+        key-value cache) with the last block at the last position only."""
+        if return_type not in ("input", "str", "tokens"):
+            raise ValueError(f"return_type must be 'input', 'str' or 'tokens', got {return_type!r}")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        is_text = isinstance(input, (str, list))
+        tokens = (self.to_tokens(input, prepend_bos=prepend_bos) if is_text
+                  else as_token_ids(input, self.cfg.d_vocab).to(self.cfg.device))
+        if not tokens.shape[1]:
+            raise ValueError("generate needs a prefix of at least one token to continue")
+        finished = torch.zeros(len(tokens), dtype=torch.bool, device=tokens.device)
+        with torch.random.fork_rng(devices=[] if tokens.device.type == "cpu" else [tokens.device],
+                                   enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            for _ in tqdm(range(max_new_tokens), desc="generate", disable=not verbose):
+                last = torch.full((len(tokens), 1), tokens.shape[1] - 1, device=tokens.device)
+                logits = self.unembed(self.normalized_at(tokens, last))[:, -1]
+                if do_sample:
+                    new = sample_logits(logits, top_k=top_k, top_p=top_p, temperature=temperature)
+                else:
+                    new = logits.argmax(-1)
+                if stop_at_eos and eos_token_id is not None:
+                    new = new.masked_fill(finished, eos_token_id)
+                    finished |= new == eos_token_id
+                tokens = torch.cat([tokens, new[:, None]], dim=1)
+                if finished.all():
+                    break
+        if return_type == "tokens" or (return_type == "input" and not is_text):
+            return tokens
+        text = self.to_string(tokens)
+        return text[0] if isinstance(input, str) else text
 
     @property
     def b_U(self) -> torch.Tensor:

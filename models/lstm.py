@@ -9,7 +9,7 @@ from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from models.config import ModelConfig
-from models.lens import HookedModelMixin
+from models.lens import HookedModelMixin, check_return_type
 from models.tokens import as_token_ids
 
 
@@ -32,15 +32,15 @@ class LSTMModel(HookedModelMixin, HookedRootModule):
         self.W_U = nn.Parameter(torch.randn(cfg.d_model, cfg.d_vocab) / cfg.d_model**0.5)
         self.setup()
 
-    def forward(self, tokens: torch.Tensor, return_type: str = "logits") -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, return_type: str | None = "logits", loss_per_token: bool = False, *,
+                reads_only: bool = False):
+        """The transformer's return types (``GlitchLensTransformer.forward``); ``"normalized"`` is
+        the LSTM output, which the unembedding reads."""
+        check_return_type(return_type)
         embedded = self.hook_embed(self.W_E[as_token_ids(tokens, self.cfg.d_vocab)])
         # nn.LSTM refuses T = 0; an empty input has an empty output, as for the transformer
         hidden = self.hook_hidden(self.lstm(embedded)[0] if embedded.shape[1] else embedded)
-        if return_type == "normalized":
-            return hidden
-        if return_type != "logits":
-            raise ValueError(f"return_type must be 'logits' or 'normalized', got {return_type!r}")
-        return self.unembed(hidden)
+        return self.output_as(return_type, hidden, tokens, loss_per_token, reads_only)
 
     def unembed(self, hidden: torch.Tensor) -> torch.Tensor:
         return hidden @ self.W_U

@@ -48,9 +48,21 @@ def test_transformer_lens_config_attributes_are_derived_and_never_saved():
     assert cfg.device == torch.device("meta")
 
 
-# init="torch" draws the biases of linear_bias, so that the decomposition's bias term is not zero
+# init="torch" draws the biases of linear_bias, so that the decomposition's bias term is not zero;
+# norm_placement="stream" renormalises the stream before every sublayer, so that each component
+# reaches the logits through the later norms' factors
 DLA_CASES = [pytest.param(name, {}, id=name) for name in ATTENTION_MODELS] + [
-    pytest.param("tra", {"init": "torch", "linear_bias": True}, id="tra-with-biases")]
+    pytest.param(name, {"norm_placement": "stream"}, id=f"{name}-stream") for name in ATTENTION_MODELS] + [
+    pytest.param("tra", {"init": "torch", "linear_bias": True}, id="tra-with-biases"),
+    pytest.param("tra", {"init": "torch", "linear_bias": True, "norm_placement": "stream"},
+                 id="tra-with-biases-stream")]
+
+
+def stream_into(cache, layer, mlp_input=False):
+    """The residual stream that block ``layer``'s first norm (its ln2 with ``mlp_input``;
+    ``ln_final`` for ``n_layers``) reads."""
+    return cache["resid_mid", layer] if mlp_input else cache["resid_post", layer - 1] if layer else \
+        cache["resid_pre", 0]
 
 
 @pytest.mark.parametrize("name,overrides", DLA_CASES)
@@ -69,13 +81,31 @@ def test_direct_logit_attribution_adds_up_to_the_logit_difference(name, override
     torch.testing.assert_close((scaled @ direction).sum(0), expected, **TOLERANCE)
     assert ("pos_embed" in labels) == (name in ("ape", "label"))
 
-    # every head, every neuron, the embeddings and the biases
-    full = cache.get_full_resid_decomposition(pos_slice=-1)
-    by_part = cache.logit_attrs(full, tokens=torch.tensor(ONE), incorrect_tokens=torch.tensor(ZERO), pos_slice=-1)
-    torch.testing.assert_close(by_part.sum(0), expected, **TOLERANCE)
+    # every head, every neuron (or MLP), the embeddings and the biases
+    for expand_neurons in (True, False):
+        full, full_labels = cache.get_full_resid_decomposition(pos_slice=-1, expand_neurons=expand_neurons,
+                                                               return_labels=True)
+        by_part = cache.logit_attrs(full, tokens=torch.tensor(ONE), incorrect_tokens=torch.tensor(ZERO), pos_slice=-1)
+        torch.testing.assert_close(by_part.sum(0), expected, **TOLERANCE)
+    heads = cache.stack_head_results()
+    torch.testing.assert_close(full[:len(heads)], heads[:, :, -1], **TOLERANCE)
+    assert full_labels[:len(heads)] == [f"L{l}H{h}" for l in range(2) for h in range(2)] and full_labels[-1] == "bias"
 
-    heads = cache.stack_head_results().unflatten(0, (model.cfg.n_layers, model.cfg.n_heads))
-    attn_out = cache.stack_activation("attn_out") - model.b_O[:, None, None]
+    # each decomposition adds up to the stream it decomposes, at every norm
+    for layer, mlp_input in ((0, False), (0, True), (1, False), (1, True), (2, False)):
+        stream = stream_into(cache, layer, mlp_input)
+        torch.testing.assert_close(cache.decompose_resid(layer, mlp_input).sum(0), stream, **TOLERANCE)
+        torch.testing.assert_close(cache.get_full_resid_decomposition(layer, mlp_input).sum(0), stream, **TOLERANCE)
+        if not mlp_input:  # TransformerLens's remainder at layer 0 is the whole final stream
+            with_rest = cache.stack_head_results(layer, incl_remainder=True).sum(0)
+            torch.testing.assert_close(with_rest, stream_into(cache, layer or model.cfg.n_layers), **TOLERANCE)
+    neurons = cache.stack_neuron_results(1, incl_remainder=True, mlp_input=True)
+    torch.testing.assert_close(neurons.sum(0), cache["resid_mid", 1], **TOLERANCE)
+
+    heads = cache.stack_head_results(1).unflatten(0, (1, model.cfg.n_heads))
+    attn_out = cache.stack_activation("attn_out", 1) - model.b_O[:1, None, None]
+    if model.cfg.norm_placement == "stream":  # layer 0's output reaches block 1 through layer 0's ln2
+        attn_out = attn_out * model.blocks[0].ln2.w / cache["scale", 0, "ln2"]
     torch.testing.assert_close(heads.sum(1), attn_out, **TOLERANCE)
 
     torch.testing.assert_close(cache.accumulated_resid(apply_ln=True)[-1], cache["ln_final.hook_normalized"])
@@ -249,18 +279,54 @@ def test_every_head_and_block_patching_sweep_runs():
         patching.get_act_patch_direct_path(model, corrupted, clean_cache, corrupted_cache, metric, 0, 0)
 
 
-def test_a_normalised_stream_refuses_to_be_split_into_outputs():
+def test_a_normalised_stream_projects_and_slices_as_transformer_lens_does():
     model = tiny("tra", norm_placement="stream")
     logits, cache = model.run_with_cache(model.to_tokens([CLEAN, CORRUPTED]))
-    for split in (cache.decompose_resid, cache.stack_head_results, cache.get_full_resid_decomposition,
-                  lambda: cache.stack_neuron_results(1)):
-        with pytest.raises(ValueError, match="norm_placement='stream' each block replaces the stream"):
-            split()
+    direction = model.tokens_to_residual_directions(ONE) - model.tokens_to_residual_directions(ZERO)
+    projected = cache.get_full_resid_decomposition(pos_slice=-1, apply_ln=True, project_output_onto=direction)
+    torch.testing.assert_close(projected.sum(0), logit_difference(logits), **TOLERANCE)
+    both = torch.stack([direction, -direction], dim=-1)
+    neurons = cache.stack_neuron_results(2, pos_slice=-1, apply_ln=True, project_output_onto=both)
+    torch.testing.assert_close(neurons, cache.stack_neuron_results(2, pos_slice=-1, apply_ln=True) @ both)
+    # a slice of positions and of the batch: the scales are sliced alike
+    window = cache.decompose_resid(pos_slice=(3, 9))
+    torch.testing.assert_close(window, cache.decompose_resid()[:, :, 3:9], **TOLERANCE)
+    first = cache.apply_slice_to_batch_dim(0)
+    torch.testing.assert_close(first.decompose_resid(), cache.decompose_resid()[:, 0], **TOLERANCE)
     # what holds for any stream: the final norm and the unembedding read the last one
     final_stream = cache["resid_post", -1][None, :, -1]
     attribution = cache.logit_attrs(final_stream, "1", "0", pos_slice=-1)
     torch.testing.assert_close(attribution[0], logit_difference(logits), **TOLERANCE)
-    torch.testing.assert_close(cache.logit_lens().readout.values[-1], logits[:, -1], **TOLERANCE)
+
+
+def flipflop_specimens():
+    """The shipped specimens trained on the flip-flop language (not the automaton task)."""
+    from models import pretrained
+
+    return [name for name in pretrained.ENTRIES if pretrained.path(name).exists()
+            and "--task automaton" not in pretrained.info(name)["command"]]
+
+
+def test_every_shipped_mech_specimen_is_a_flip_flop_specimen_here():
+    assert {"tra-mech", "fot-mech", "tda-mech", "cope-mech", "diff-mech", "trela-mech", "rope-mech"} <= set(
+        flipflop_specimens())
+
+
+@pytest.mark.parametrize("specimen", flipflop_specimens())
+def test_direct_logit_attribution_adds_up_on_every_shipped_specimen(specimen):
+    """Per component, per head and per neuron, at every position of a few short sequences: the
+    shipped tda, cope, diff, trela and rope specimens renormalise the stream."""
+    from interp.tasks import load_split
+
+    model = load_pretrained(specimen)
+    tokens = torch.cat([model.to_tokens([CLEAN + "0w1i0r", CORRUPTED + "1w0i0r"]),
+                        torch.from_numpy(load_split("iid", 2)[:, :15].astype("int64"))])
+    logits, cache = model.run_with_cache(tokens)
+    everywhere = logits[..., ONE] - logits[..., ZERO]
+    for stack in (cache.decompose_resid(), cache.get_full_resid_decomposition(),
+                  cache.stack_head_results(incl_remainder=True)):
+        attribution = cache.logit_attrs(stack, tokens="1", incorrect_tokens="0")
+        torch.testing.assert_close(attribution.sum(0), everywhere, rtol=1e-4, atol=1e-4)
 
 
 def test_the_lstm_has_no_stream_to_split_and_says_so():

@@ -204,7 +204,7 @@ def receiver_inputs(model, layer: int) -> list[str]:
     by hook suffix: ``q``, ``k``, ``v``, and where the mechanism has them ``forget`` (TRA,
     FoT) and ``q2``, ``k2`` (TDA's second view)."""
     attn = f"blocks.{layer}.attn."
-    own = Attention.OUTER_HOOKS - {"hook_z"}
+    own = Attention.OUTER_HOOKS - {"hook_z", "hook_result"}  # the outputs of the core, not its inputs
     return [name.removeprefix(attn + "hook_") for name in model.hook_dict
             if name.startswith(attn) and name.removeprefix(attn) in own]
 

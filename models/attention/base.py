@@ -13,6 +13,8 @@ points. Every mechanism exposes at least
   TransformerLens's ``hook_attn_scores``, same shape
 - ``hook_pattern``: the weights actually applied to V (signed for differential mechanisms)
 - ``hook_z``: ``[batch, pos, head, d_head]``
+- ``hook_result``: each head's output ``z @ W_O``, ``[batch, pos, head, d_model]``, computed
+  only while ``cfg.use_attn_result`` is set (TransformerLens's switch, as there)
 
 Options come from ``cfg.attention_options`` and are checked against the mechanism's
 ``Options`` dataclass, so a typo is an error rather than a silently ignored key.
@@ -48,7 +50,8 @@ REGISTRY: dict[str, type["Attention"]] = {}
 
 # The hooks of the module docstring, which every mechanism has; any other hook of a mechanism
 # is its own (TRA's D-bar, FoT's forget gate, the views of Diff and TDA, CoPE's gates).
-COMMON_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_attn_logits", "hook_pattern", "hook_z")
+COMMON_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_attn_logits", "hook_pattern", "hook_z",
+                "hook_result")
 
 
 def register(name: str):
@@ -110,6 +113,10 @@ class Attention(nn.Module):
 
     Options = NoOptions
     registry_name = "?"
+    # The hook holding TransformerLens's hook_pattern, what the normalisation makes of
+    # hook_attn_logits (models.lens: the model's ``hook_pattern_tl``). A mechanism that subtracts
+    # a second view names its first.
+    TL_PATTERN_HOOK = "hook_pattern"
 
     def __init__(self, cfg, layer: int):
         super().__init__()
@@ -147,8 +154,12 @@ class Attention(nn.Module):
         return self.output(z)
 
     def output(self, z: torch.Tensor) -> torch.Tensor:
-        """``z [batch, pos, head, d_head]`` through ``W_O`` (and ``b_O``): ``[batch, pos, d_model]``."""
-        out = torch.einsum("bphd,hdm->bpm", z, self.W_O)
+        """``z [batch, pos, head, d_head]`` through ``W_O`` (and ``b_O``): ``[batch, pos, d_model]``;
+        with ``cfg.use_attn_result`` as the sum of the heads' outputs at ``hook_result``."""
+        if self.cfg.use_attn_result:
+            out = self.hook_result(torch.einsum("bphd,hdm->bphm", z, self.W_O)).sum(-2)
+        else:
+            out = torch.einsum("bphd,hdm->bpm", z, self.W_O)
         return out if self.b_O is None else out + self.b_O
 
     def forward_at(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -191,7 +202,7 @@ class Attention(nn.Module):
     # Hooks computed outside the attention core: a fused kernel still passes through them
     # (softmax's position bias goes into SDPA as its mask; CoPE's gate keys into the reference).
     OUTER_HOOKS = frozenset({"hook_q", "hook_k", "hook_v", "hook_z", "hook_q2", "hook_k2", "hook_forget",
-                             "hook_pos_bias", "hook_k_gate"})
+                             "hook_pos_bias", "hook_k_gate", "hook_result"})
 
     def active_inner_hooks(self) -> list[str]:
         """Names of the hooks inside the attention core that currently have hooks attached."""

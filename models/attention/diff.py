@@ -144,6 +144,7 @@ class DiffAttention(Attention):
     Options = DiffOptions
     IMPLEMENTATIONS = {"reference": diff_reference, "sdpa": sdpa_attention, "rows": rows_attention}
     TRAINS_ON_REFERENCE = True  # see the module docstring
+    TL_PATTERN_HOOK = "hook_view_1"  # hook_pattern is the signed difference of the views
 
     def __init__(self, cfg, layer: int):
         super().__init__(cfg, layer)

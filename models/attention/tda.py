@@ -146,6 +146,7 @@ class TDAAttention(ThresholdAttention):
     Options = TDAOptions
     IMPLEMENTATIONS = {"reference": differential_threshold_reference, "rows": differential_threshold_rows,
                        "triton": imported_on_call("kernels.threshold.triton.differential_threshold_attention")}
+    TL_PATTERN_HOOK = "hook_view_1"  # hook_pattern is the signed difference of the views
 
     def __init__(self, cfg, layer: int):
         super().__init__(cfg, layer)
