@@ -33,12 +33,15 @@ itself always would, so it is reported by position instead. Files in ``out_dir``
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
+from tqdm.auto import tqdm
 
 from interp import circuits, plots
 from interp.diagnose.summary import plain
@@ -97,23 +100,104 @@ def evenly_spaced(frame: pd.DataFrame, k: int) -> pd.DataFrame:
     return frame.iloc[np.linspace(0, len(frame) - 1, k).round().astype(int)]
 
 
-def trace(model, pairs: circuits.ReadPairs, components: list[str]) -> dict[str, pd.DataFrame]:
+def trace(model, pairs: circuits.ReadPairs, components: list[str], runs: RunCounter, kind: str = "pairs"
+          ) -> dict[str, pd.DataFrame]:
     """The patching of one set of pairs: every component at all positions, the stream before
     each block by position from the write, and path patching between the two heads that
-    restore most and the heads of later layers."""
+    restore most and the heads of later layers. ``runs`` counts the forward passes, as
+    :meth:`RunCounter.trace` planned them."""
     clean, corrupt, read = pairs.clean, pairs.corrupt, pairs.read
-    whole = circuits.activation_patching(model, clean, corrupt, components, reads=read)
-    streams = circuits.patchable_hooks(model, ("resid_pre",))[:-1]
-    where = circuits.activation_patching(model, clean, corrupt, streams, reads=read, positions=WHERE_OFFSETS,
-                                         anchor="write")
+    streams, receivers, inputs = route(model)
+    with runs.stage(f"{kind}: patching every component", runs.patching(components)):
+        whole = circuits.activation_patching(model, clean, corrupt, components, reads=read)
+    with runs.stage(f"{kind}: patching the stream by position", runs.patching(streams, WHERE_OFFSETS)):
+        where = circuits.activation_patching(model, clean, corrupt, streams, reads=read, positions=WHERE_OFFSETS,
+                                             anchor="write")
     heads = circuits.patching_summary(whole[whole.hook.str.endswith("attn.hook_z")])
-    top = heads.reindex(heads.restored.abs().sort_values(ascending=False).index).head(2)
+    top = heads.reindex(heads.restored.abs().sort_values(ascending=False).index).head(PATH_SENDERS)
     senders = [(int(r.layer), int(r.head)) for r in top.itertuples() if r.layer < model.cfg.n_layers - 1]
-    receivers = [(layer, head) for layer in range(1, model.cfg.n_layers) for head in range(model.cfg.n_heads)]
-    inputs = circuits.receiver_inputs(model, model.cfg.n_layers - 1)
-    paths = (circuits.path_patching(model, clean, corrupt, senders, receivers, [*inputs, ("k", "v")], reads=read)
-             if senders and receivers else pd.DataFrame())
+    planned = path_runs(PATH_SENDERS * len(receivers), len(inputs))
+    with runs.stage(f"{kind}: path patching", path_runs(len(senders) * len(receivers), len(inputs)), planned=planned):
+        paths = (circuits.path_patching(model, clean, corrupt, senders, receivers, inputs, reads=read)
+                 if senders and receivers else pd.DataFrame())
     return {"whole": whole, "where": where, "paths": paths}
+
+
+PATH_SENDERS = 2   # the heads that restore most, path-patched into the later layers
+
+
+def route(model) -> tuple[list[str], list[tuple[int, int]], list]:
+    """What :func:`trace` patches besides the components: the stream before every block but the
+    first, the receivers of path patching (every head after layer 0) and their input groups."""
+    streams = circuits.patchable_hooks(model, ("resid_pre",))[:-1]
+    receivers = [(layer, head) for layer in range(1, model.cfg.n_layers) for head in range(model.cfg.n_heads)]
+    return streams, receivers, [*circuits.receiver_inputs(model, model.cfg.n_layers - 1), ("k", "v")]
+
+
+def path_runs(paths: int, input_groups: int) -> int:
+    """The forward passes of ``circuits.path_patching``: the clean and the corrupt run, then per
+    (sender, receiver) one to record the receiver's inputs and one per input group patched."""
+    return 2 + paths * (1 + input_groups) if paths else 0
+
+
+class RunCounter:
+    """A tqdm bar on stderr over the forward passes of an explanation, planned in advance
+    (:meth:`plan`); each stage names itself, and a forward hook on the model counts them."""
+
+    SHAPE_TOKENS = 8   # the length of the run whose cache gives every hook's shape
+
+    def __init__(self, model, progress: bool):
+        tokens = torch.zeros(1, self.SHAPE_TOKENS, dtype=torch.long, device=next(model.parameters()).device)
+        _, cache = model.run_with_cache(tokens)
+        self.shapes = {name: tuple(value.shape) for name, value in cache.items()}
+        self.model = model
+        self.bar = tqdm(total=0, desc="explain", unit="run", leave=False, disable=not progress)
+        self.counting = True
+        self.hook = model.register_forward_hook(self._count)
+
+    def _count(self, *_) -> None:   # a forward hook: returning anything else would replace the output
+        if self.counting:
+            self.bar.update()
+
+    def patching(self, hook_names: list[str], positions=None) -> int:
+        """The forward passes of ``circuits.activation_patching`` on these hooks: the clean and
+        the corrupt run, then one per head of a hook with a head axis, times one per position
+        of ``positions`` for a hook with a position axis (an upper bound: positions that no pair
+        reaches are skipped)."""
+        total = 2
+        for name in hook_names:
+            shape = self.shapes[name]
+            head_axis, pos_axis = circuits.hook_axes(name, shape, self.SHAPE_TOKENS, self.model.cfg.n_heads)
+            total += ((shape[head_axis] if head_axis is not None else 1)
+                      * (len(positions) if positions is not None and pos_axis is not None else 1))
+        return total
+
+    def trace(self, components: list[str]) -> int:
+        """At most how many forward passes one :func:`trace` makes."""
+        streams, receivers, inputs = route(self.model)
+        return (self.patching(components) + self.patching(streams, WHERE_OFFSETS)
+                + path_runs(PATH_SENDERS * len(receivers), len(inputs)))
+
+    def plan(self, runs: int):
+        self.bar.total += runs
+        self.bar.refresh()
+
+    @contextlib.contextmanager
+    def stage(self, doing: str, runs: int, planned: int | None = None, counted: bool = True):
+        """``doing`` makes ``runs`` forward passes (at most), where the total held ``planned``
+        for it (default: ``runs``, planned in advance). ``counted=False``: its own passes are not
+        counted (the evaluation runs its layers by itself), and it counts ``runs`` at its end."""
+        self.plan(runs - (runs if planned is None else planned))
+        self.bar.set_postfix_str(doing)
+        start, self.counting = self.bar.n, counted
+        yield
+        self.counting = True
+        self.bar.update(max(0, start + runs - self.bar.n))   # an upper bound not reached: the stage is done
+
+    def close(self):
+        self.hook.remove()
+        self.bar.refresh()   # the last state is drawn, whatever tqdm's minimum interval between draws
+        self.bar.close()
 
 
 def named(traced: dict[str, pd.DataFrame], pairs: circuits.ReadPairs, pairs_are: str) -> dict:
@@ -198,10 +282,15 @@ PAIRS_ARE = {"carry": "correct reads, their last write's bit flipped",
 
 
 def explain(checkpoint_path, out_dir, split: str = "dense", n: int = 100, pairs: int = 16,
-            batch_size: int = BATCH_SIZE, device: str = "cpu") -> Explanation:
+            batch_size: int = BATCH_SIZE, device: str = "cpu", progress: bool = False) -> Explanation:
     """Explain the glitches of a checkpoint on the first ``n`` sequences of ``split`` and write
     the files of the module docstring into ``out_dir``; ``pairs``: at most this many pairs of
-    each kind."""
+    each kind. ``progress``: a bar on stderr over the forward passes (:class:`RunCounter`).
+
+    The cost is the patching: each kind of pair (correct reads, glitches) takes one forward
+    pass of its ``pairs`` sequences per head of every patched hook, per position of the
+    stream before each layer, and per path; a pass costs about ``pairs`` times one sequence's
+    forward at the length up to its read. ``n`` costs one evaluation and one cached run."""
     from models import load, read_config
 
     if checkpoint_task(read_config(checkpoint_path)) == "automaton":
@@ -211,16 +300,30 @@ def explain(checkpoint_path, out_dir, split: str = "dense", n: int = 100, pairs:
         raise ValueError(f"the {model.cfg.model} model has no heads or residual stream to patch")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    _, reads = evaluate_reads(model, [split], n, batch_size)
+    runs = RunCounter(model, progress)
+    try:
+        return _explain(model, checkpoint_path, out_dir, split, n, pairs, batch_size, runs)
+    finally:
+        runs.close()
+
+
+def _explain(model, checkpoint_path, out_dir: Path, split: str, n: int, pairs: int, batch_size: int,
+             runs: RunCounter) -> Explanation:
+    with runs.stage(f"evaluating {split}", 1, planned=0, counted=False):
+        _, reads = evaluate_reads(model, [split], n, batch_size)
     tokens = load_split(split, n)[:, :-1]
     glitches = reads[~reads.correct].drop(columns="split").reset_index(drop=True)
     summary = {"checkpoint": str(checkpoint_path), "model": model.cfg.model, "split": split, "sequences": len(tokens),
                "reads": len(reads), "glitches": len(glitches), "named_at": NAMED, "dla": {}, "skipped": {}}
     files = {"glitches": out_dir / "glitches.csv"}
     glitches.to_csv(files["glitches"], index=False)
+    components = circuits.patchable_hooks(model, ("z", "mlp_out", "mechanism"))
+    paired = min(len(glitches), pairs)
+    runs.plan(1 + paired + (1 + bool(paired)) * runs.trace(components))   # DLA, pairing, the traces
 
     try:
-        dla = dla_by_reads(model, tokens, reads)
+        with runs.stage("direct logit attribution", 1):
+            dla = dla_by_reads(model, tokens, reads)
     except ValueError as err:   # a stream that is no sum (norm_placement="stream")
         dla, summary["skipped"]["dla"] = pd.DataFrame(), str(err)
     if len(dla):
@@ -233,12 +336,15 @@ def explain(checkpoint_path, out_dir, split: str = "dense", n: int = 100, pairs:
     found = {"carry": circuits.bit_flip_pairs(tokens, evenly_spaced(reads[reads.correct], pairs))}
     if len(glitches):
         try:
-            found["corrupt"] = circuits.glitch_pairs(model, tokens, glitches.head(pairs))
+            with runs.stage("pairing the glitches with edits read right", paired):
+                found["corrupt"] = circuits.glitch_pairs(model, tokens, glitches.head(pairs))
             summary["unpaired_glitches"] = found["corrupt"].unpaired.to_dict("records")
         except ValueError as err:   # no glitch has a partner
             summary["skipped"]["corrupt"] = str(err)
-    components = circuits.patchable_hooks(model, ("z", "mlp_out", "mechanism"))
-    traced = {kind: trace(model, kind_pairs, components) for kind, kind_pairs in found.items()}
+            runs.plan(-runs.trace(components))
+    traced = {}
+    for kind, kind_pairs in found.items():
+        traced[kind] = trace(model, kind_pairs, components, runs, kind)
     for kind, parts in traced.items():
         summary[kind] = named(parts, found[kind], PAIRS_ARE[kind])
         files[f"where_{kind}"] = plots.save(plots.patching_heatmap(

@@ -34,18 +34,18 @@ SHAPE_FIELDS = ("n_layers", "n_heads", "d_model")
 LENGTH_FIELDS = ("steps", "seq_len", "batch_size")
 
 
-def automaton_accuracy(model: torch.nn.Module, n: int = EVAL_SEQUENCES) -> dict[str, Any]:
+def automaton_accuracy(model: torch.nn.Module, n: int = EVAL_SEQUENCES, progress: bool = False) -> dict[str, Any]:
     from interp.evaluate import evaluate_automaton
 
-    return {"automaton": evaluate_automaton(model, n)}
+    return {"automaton": evaluate_automaton(model, n, progress=progress)}
 
 
-def flipflop_accuracy(model: torch.nn.Module, n: int = EVAL_SEQUENCES) -> dict[str, Any]:
+def flipflop_accuracy(model: torch.nn.Module, n: int = EVAL_SEQUENCES, progress: bool = False) -> dict[str, Any]:
     from interp.evaluate import evaluate_splits
 
     return {split: {"sequences": r.sequences, "read_accuracy": 1 - r.error_rate,
                     "sequence_accuracy": r.sequence_accuracy}
-            for split, r in evaluate_splits(model, n=n).items()}
+            for split, r in evaluate_splits(model, n=n, progress=progress).items()}
 
 
 def check_run_matches(run: Path, model_cfg: ModelConfig, train_cfg: TrainConfig) -> None:
@@ -64,12 +64,15 @@ def check_run_matches(run: Path, model_cfg: ModelConfig, train_cfg: TrainConfig)
 
 
 def build(name: str, steps: int | None = None, root: str | Path = PRETRAINED_DIR,
-          eval_sequences: int | None = EVAL_SEQUENCES, from_run: str | Path | None = None) -> Path:
+          eval_sequences: int | None = EVAL_SEQUENCES, from_run: str | Path | None = None,
+          progress: bool = False) -> Path:
     """Train entry ``name``'s specimen, evaluate it and write ``root/name``.
 
     ``steps`` shortens the run (tests use it to prove the recipe still trains); an entry
     built that way records the shortened command, never the full one. ``from_run`` adopts
     a finished run of exactly the specimen's configuration instead of training again.
+    ``progress``: the training's and the evaluation's bars on stderr (``glitchlens train``'s
+    and ``glitchlens eval``'s).
     """
     import torch
 
@@ -77,13 +80,13 @@ def build(name: str, steps: int | None = None, root: str | Path = PRETRAINED_DIR
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _build(name, steps, Path(root), eval_sequences, from_run)
+        return _build(name, steps, Path(root), eval_sequences, from_run, progress)
     finally:
         torch.set_num_threads(threads)
 
 
 def _build(name: str, steps: int | None, root: Path, eval_sequences: int | None,
-           from_run: str | Path | None) -> Path:
+           from_run: str | Path | None, progress: bool) -> Path:
     from interp.train import train
 
     spec = specimen(name, steps)
@@ -96,13 +99,13 @@ def _build(name: str, steps: int | None, root: Path, eval_sequences: int | None,
             run = Path(from_run)
             check_run_matches(run, model_cfg, train_cfg)
         else:
-            train(model_cfg, train_cfg, run, progress=False, device=device)
+            train(model_cfg, train_cfg, run, progress=progress, device=device)
         model = models.load(run, device=device)
         training = models.read_config(run)["training"]
     if gpu:
         eval_sequences = None  # the full splits: on a GPU they take seconds
     automaton = train_cfg.task == "automaton"
-    accuracy = automaton_accuracy(model, eval_sequences) if automaton else flipflop_accuracy(model, eval_sequences)
+    accuracy = (automaton_accuracy if automaton else flipflop_accuracy)(model, eval_sequences, progress)
     metadata = {
         "name": name,
         "description": ENTRIES[name].description,

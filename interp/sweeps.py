@@ -33,13 +33,18 @@ class SweepFailed(RuntimeError):
         super().__init__(f"{len(failures)} of {runs} runs failed ({listing}); the other runs finished")
 
 
+SHOW_PROGRESS = True   # the bar over the runs of :func:`run_all`, on stderr; `glitchlens reproduce --quiet` clears it
+
+
 def run_all(function: Callable, runs: dict[str, tuple], jobs: int = 2, ray_address: str | None = None) -> list:
     """``function(*args)`` for every ``name: args`` of ``runs``: ``jobs`` at a time on this machine,
     or, given ``ray_address``, as one-CPU tasks on that Ray cluster. Returns the results in the
     order of ``runs``; raises :class:`SweepFailed` once every run has ended if any raised."""
     finished = _on_ray(function, runs, jobs, ray_address) if ray_address else _here(function, runs, jobs)
     results, failures = {}, {}
-    with tqdm(total=len(runs), bar_format="{n_fmt}/{total_fmt} runs done [{elapsed}]") as progress:
+    # ends of runs, not steps: the estimate of what is left is the mean time per run so far
+    with tqdm(total=len(runs), bar_format="{n_fmt}/{total_fmt} runs done [{elapsed} so far, {remaining} left]",
+              disable=not SHOW_PROGRESS) as progress:
         for name, result, error in finished:
             if error is None:
                 results[name] = result

@@ -3,6 +3,7 @@ nothing restores nothing, path patching is what its docstring says, the pairs ar
 they claim to be, bad input is refused in words, and ``glitchlens explain`` writes its report."""
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -242,7 +243,13 @@ def test_the_plots_draw_both_backends(tmp_path):
 def test_explain_writes_its_report_on_tra_mech(tmp_path, capsys):
     out = tmp_path / "explain"
     assert main(["explain", "tra-mech", "-n", "1", "--pairs", "1", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
+    printed, err = capsys.readouterr()
+    # progress on stderr over the forward passes, planned once the glitches are known, each stage named
+    for text in ("explain:", "evaluating dense", "direct logit attribution", "pairing the glitches",
+                 "carry: patching every component", "corrupt: patching the stream by position", "corrupt: path patching"):
+        assert text in err, text
+    done = re.findall(r"(\d+)/(\d+) \[", err)[-1]
+    assert done[0] == done[1], f"the bar ends at {done[0]} of {done[1]} forward passes"
     summary = json.loads((out / "explain.json").read_text())
     assert summary["glitches"] == 1 and summary["corrupt"]["pairs"] == 1 and summary["carry"]["pairs"] == 1
     assert "carry the bit (1 pairs" in printed and "corrupt it (1 pairs" in printed
@@ -251,6 +258,8 @@ def test_explain_writes_its_report_on_tra_mech(tmp_path, capsys):
         assert (out / name).stat().st_size > 0, name
     assert "L1H0" in (out / "report.md").read_text()
 
-    assert main(["explain", "tra-mech", "--split", "sparse", "-n", "1", "--pairs", "1", "--out", str(out / "x")]) == 0
-    assert "no glitches in these sequences" in capsys.readouterr().out
+    assert main(["explain", "tra-mech", "--split", "sparse", "-n", "1", "--pairs", "1", "--out", str(out / "x"),
+                 "--quiet"]) == 0
+    printed, err = capsys.readouterr()
+    assert "no glitches in these sequences" in printed and err == ""
     assert "No glitches" in (out / "x" / "report.md").read_text() and not (out / "x" / "where_corrupt.png").exists()

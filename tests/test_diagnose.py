@@ -151,13 +151,20 @@ def test_streamed_metrics_match_a_full_cache(diagnosed):
 def test_cli_prints_a_summary_and_json(tmp_path, capsys):
     checkpoint = save_tiny(tmp_path, "rope")
     assert main(["diagnose", str(checkpoint), "--out", str(tmp_path / "out"), "-n", "1", "--lengths", "32", "64"]) == 0
+    out, err = capsys.readouterr()
     # without whitespace: the table wraps its cells to the terminal width, paths included
-    table = "".join(capsys.readouterr().out.split())
+    table = "".join(out.split())
     for text in ("errorrate,sparse", "sparsity,pattern(T=64)", "gSinkRatio", "last-write", "report.html"):
         assert text in table
+    # progress on stderr: what runs, how far (3 splits, 2 lengths x 2 layers, load, metrics, report), what is left
+    for text in ("diagnose:", "/10 [", "evaluating sparse", "attention at T=64", "drawing the report", "10/10"):
+        assert text in err, text
+    assert re.search(r"\[\d\d:\d\d<\d\d:\d\d", err), "no estimate of the time left"
     lstm = save_tiny(tmp_path, "lstm")
-    assert main(["diagnose", str(lstm), "--out", str(tmp_path / "lstm_out"), "-n", "1", "--json"]) == 0
-    printed = json.loads(capsys.readouterr().out)
+    assert main(["diagnose", str(lstm), "--out", str(tmp_path / "lstm_out"), "-n", "1", "--json", "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "", "--quiet leaves stderr empty"
+    printed = json.loads(out)
     assert printed["model"] == "lstm" and printed["sparsity"] is None
     assert printed == json.loads((tmp_path / "lstm_out" / "metrics.json").read_text())
 

@@ -146,6 +146,16 @@ def test_readme_keeps_the_quick_start_commands():
         assert command in lines, f"README.md lost the quick-start line {command!r}"
 
 
+def test_readme_says_how_to_call_the_command_after_set_up():
+    """Set-up puts ``glitchlens`` in .venv/bin, not on the PATH: the quick start says so before
+    the first command that calls it."""
+    quick_start = README.read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    for way in (".venv/bin/glitchlens", "source .venv/bin/activate"):
+        assert way in quick_start, f"README.md's Quick start does not say {way!r}"
+    first_call = README.read_text().index("glitchlens diagnose")
+    assert README.read_text().index("source .venv/bin/activate") < first_call
+
+
 def test_readme_lists_every_doc():
     linked = {match.group("target").partition("#")[0] for _, line in prose_lines(README.read_text())
               for match in LINK.finditer(line)}

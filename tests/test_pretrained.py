@@ -87,9 +87,11 @@ def test_every_flipflop_specimen_has_learned_the_task(name):
 
 
 @pytest.mark.integration
-def test_retraining_an_entry_for_a_few_steps_gives_the_shipped_configuration(tmp_path):
+def test_retraining_an_entry_for_a_few_steps_gives_the_shipped_configuration(tmp_path, capsys):
     name = "fot-mech"
-    built = pretrained.build(name, steps=3, root=tmp_path, eval_sequences=4)
+    built = pretrained.build(name, steps=3, root=tmp_path, eval_sequences=4, progress=True)
+    err = capsys.readouterr().err
+    assert "train fot" in err and "3/3 [" in err and "dense:" in err, "the training's and evaluation's bars on stderr"
     fresh, shipped = models.read_config(built), models.read_config(PRETRAINED_DIR / name)
     assert ModelConfig.from_dict(fresh["model"]) == ModelConfig.from_dict(shipped["model"])
     fresh_training = TrainConfig.from_dict(fresh["training"]["config"])

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from interp import sweeps
 from interp.cli import main
 from interp.reproduce import Scale, sweep
 from interp.sweeps import SweepFailed, ray_session, run_all
@@ -20,8 +21,13 @@ def result_files(out) -> dict[str, dict]:
     return {f.parent.name: json.loads(f.read_text()) for f in sorted((out / "runs").glob("*/result.json"))}
 
 
-def test_results_come_in_the_order_of_the_runs():
+def test_results_come_in_the_order_of_the_runs(capsys, monkeypatch):
     assert run_all(math.sqrt, {"nine": (9.0,), "four": (4.0,), "one": (1.0,)}, jobs=2) == [3.0, 2.0, 1.0]
+    err = capsys.readouterr().err
+    assert "3/3 runs done" in err and " so far, " in err and " left]" in err, err
+    monkeypatch.setattr(sweeps, "SHOW_PROGRESS", False)   # what `glitchlens reproduce --quiet` sets
+    assert run_all(math.sqrt, {"four": (4.0,)}, jobs=1) == [2.0]
+    assert capsys.readouterr().err == ""
 
 
 def test_a_failed_run_fails_the_sweep_after_the_others(tmp_path):

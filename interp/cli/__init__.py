@@ -35,9 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     args.argv = argv
-    from interp.train import reuse_freed_memory
+    if args.command != "pretrained" or args.action == "build":  # the listing reads JSON: no torch, at once
+        from interp.train import reuse_freed_memory
 
-    reuse_freed_memory()
+        reuse_freed_memory()
 
     try:
         return args.func(args)

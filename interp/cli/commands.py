@@ -162,7 +162,8 @@ def cmd_diagnose(args) -> int:
     from interp.diagnose import diagnose
 
     options = {"n": args.n, "lengths": args.lengths, "n_cache_sequences": args.cache_sequences, "device": args.device}
-    result = diagnose(checkpoint_dir(args.checkpoint), args.out, **{k: v for k, v in options.items() if v is not None})
+    result = diagnose(checkpoint_dir(args.checkpoint), args.out, progress=not args.quiet,
+                      **{k: v for k, v in options.items() if v is not None})
     if args.json:
         print(json.dumps(result.metrics, indent=2))
         return 0
@@ -185,7 +186,7 @@ def cmd_explain(args) -> int:
     from interp.explain import explain
 
     result = explain(checkpoint_dir(args.checkpoint), args.out, split=args.split, n=args.n, pairs=args.pairs,
-                     device=args.device)
+                     device=args.device, progress=not args.quiet)
     print("\n".join(result.lines()))
     print(f"wrote {result.files['report']}; also {', '.join(sorted(p.name for k, p in result.files.items() if k != 'report'))}")
     return 0
@@ -221,10 +222,12 @@ def cmd_hunt(args) -> int:
 
 
 def cmd_reproduce(args) -> int:
+    from interp import sweeps
     from interp.reproduce import TABLE1_MODELS, reproduce_recipes, reproduce_table1
     from interp.studies import STUDIES, run_study
 
     models = tuple(args.models.split(",")) if args.models else TABLE1_MODELS
+    sweeps.SHOW_PROGRESS = not args.quiet
     if args.what in STUDIES:
         run_study(args.what, args.out, args.jobs, args.ray, train=not args.report_only)
         report = "summary.md"
@@ -247,16 +250,18 @@ def cmd_pretrained(args) -> int:
     from models.pretrained import ENTRIES
 
     if args.action == "build":
+        from interp.train import TrainingInterrupted
+
         names = args.names or [name for name, entry in ENTRIES.items() if not entry.gpu]
         if args.from_run and len(names) != 1:
             raise ValueError("--from-run adopts one run: name exactly one entry")
         for name in names:
             print(f"building {name}: {specimen(name, args.steps).command()}")
             try:
-                print(f"wrote {pretrained.build(name, steps=args.steps, root=args.root, from_run=args.from_run)}")
+                built = pretrained.build(name, steps=args.steps, root=args.root, from_run=args.from_run,
+                                         progress=not args.quiet)
+                print(f"wrote {built}")
             except TrainingInterrupted:  # its run was in a temporary directory, now gone
-        from interp.train import TrainingInterrupted
-
                 print(f"glitchlens pretrained: interrupted; {name} not written", file=sys.stderr)
                 return 130
         return 0

@@ -172,19 +172,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sequences run with hooks per length (default: 2)")
     p.add_argument("--device", default=None, help="torch device, e.g. cuda (default: cpu)")
     p.add_argument("--json", action="store_true", help="print metrics.json instead of the summary table")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
     p.set_defaults(func=cmd_diagnose)
 
     p = command("explain", "name the components that carry the bit to the reads and the ones that corrupt it at "
-                           "the glitches (direct logit attribution, activation and path patching)")
+                           "the glitches (direct logit attribution, activation and path patching); the patching "
+                           "is the cost: one forward pass of --pairs sequences per head of every patched hook, per "
+                           "stream position and per path, for each kind of pair "
+                           "(docs/diagnostics.md \"What explain costs\")")
     p.add_argument("checkpoint", help=checkpoint_help)
     p.add_argument("--split", choices=["iid", "sparse", "dense"], default="dense",
                    help="the canonical split whose glitches are explained")
     p.add_argument("-n", type=positive_int, default=100, help="first n sequences of the split")
     p.add_argument("--pairs", type=positive_int, default=16,
                    help="at most this many (clean, corrupt) pairs of each kind: correct reads with their write's bit "
-                        "flipped, and glitches with the edit that the model reads right")
+                        "flipped, and glitches with the edit that the model reads right; each patching run is a "
+                        "forward pass of this many sequences, so the time grows with it")
     p.add_argument("--out", required=True, help="directory for report.md, explain.json, CSVs and PNGs")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
     p.set_defaults(func=cmd_explain)
 
     p = command("hunt", "search for flip-flop sequences the model gets wrong (an evolutionary search over "
@@ -236,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory for the runs and the report")
     p.add_argument("--report-only", action="store_true",
                    help="table1, app-a: write the table from the runs that have finished, training nothing")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar (it goes to stderr: the runs done, the time so far and an estimate of "
+                        "what is left)")
     p.set_defaults(func=cmd_reproduce)
 
     p = command("pretrained", "list the shipped pretrained models, show one, or rebuild them from their recipes")
@@ -252,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="list: print the entries' metadata as JSON")
     p.add_argument("--table1", action="store_true",
                    help="list: the GPU specimens' full-split accuracies beside the TRA paper's Table 1 (markdown)")
+    p.add_argument("--quiet", action="store_true", help="build: no progress bars (they go to stderr)")
     p.set_defaults(func=cmd_pretrained)
 
     p = command("figures", "reproduce the papers' mechanistic figures on the pretrained models")

@@ -52,6 +52,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+from tqdm.auto import tqdm
 
 from interp.diagnose.report import Figures, render_html
 from interp.diagnose.run import LengthRun, attention_hooks, errors_by_dependency, run_lengths
@@ -64,10 +65,12 @@ from interp.metrics import DEFAULT_LENGTHS
 def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse", "dense"), n: int | None = 32,
              lengths: Sequence[int] = DEFAULT_LENGTHS, n_cache_sequences: int = 2, sink_keys: Sequence[int] = (0, 1, 2, 3),
              sink_threshold: float = 0.3, heatmap_tokens: int = 128, batch_size: int = BATCH_SIZE,
-             device: str = "cpu") -> Diagnosis:
+             device: str = "cpu", progress: bool = False) -> Diagnosis:
     """Diagnose a checkpoint and write report.html, metrics.json, metrics.csv, glitches.csv
     and PNGs into ``out_dir`` (see the module docstring). ``n``: sequences per split (None:
-    all). The defaults keep a ``mini`` checkpoint under a minute on a 2-core CPU."""
+    all). The defaults keep a ``mini`` checkpoint under a minute on a 2-core CPU.
+    ``progress``: a bar on stderr, one step per split evaluated, per layer of each attention
+    run and per stage after them, saying which is running."""
     from models import load, read_config
 
     if checkpoint_task(read_config(checkpoint_path)) == "automaton":
@@ -77,22 +80,35 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
                 "sink_keys": list(sink_keys), "sink_eps": sink_threshold, "heatmap_tokens": heatmap_tokens,
                 "batch_size": batch_size, "device": device}
     timings, clock = {}, [time.perf_counter()]
+    # steps: loading, each split, each layer at each length (counted once the model is loaded), metrics, report
+    bar = tqdm(total=len(splits) + 3, desc="diagnose", unit="step", leave=False, disable=not progress)
 
-    def lap(stage):
+    def lap(stage: str, doing_next: str, steps: int = 1):
         clock.append(time.perf_counter())
         timings[stage] = clock[-1] - clock[-2]
+        bar.update(steps)
+        bar.set_postfix_str(doing_next)   # drawn now: the next stage may be long
 
+    bar.set_postfix_str("loading the model")
     model = load(checkpoint_path, device=device)
-    lap("load")
-    evaluation, reads = evaluate_reads(model, splits, n, batch_size)
+    layers, names = attention_hooks(model)
+    bar.total += len(set(lengths)) * len(layers)
+    lap("load", "evaluating")
+    evaluation, tables = {}, []
+    for split in splits:  # a split at a time, so that the bar moves
+        bar.set_postfix_str(f"evaluating {split}")
+        results, table = evaluate_reads(model, [split], n, batch_size)
+        evaluation |= results
+        tables.append(table)
+        bar.update()
+    reads = pd.concat(tables, ignore_index=True)
     rates = errors_by_dependency(reads)
     glitches = reads[~reads.correct].drop(columns="correct")
     glitches = glitches[["split", *glitches.columns.drop("split")]].reset_index(drop=True)
-    lap("evaluate")
-    layers, names = attention_hooks(model)
-    runs, probe_length, skipped_lengths = (run_lengths(model, layers, names, lengths, n_cache_sequences, sink_keys)
-                                           if layers else ({}, None, {}))
-    lap("attention")
+    lap("evaluate", "measuring attention", steps=0)
+    runs, probe_length, skipped_lengths = (run_lengths(model, layers, names, lengths, n_cache_sequences, sink_keys,
+                                                       bar) if layers else ({}, None, {}))
+    lap("attention", "computing the metrics", steps=0)
 
     probe = runs.get(probe_length)
     frame = tidy_frame(runs, probe_length, rates)
@@ -110,9 +126,11 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
         metrics["skipped"] = dict.fromkeys(ATTENTION_FIELDS, reason)
     else:
         metrics |= attention_fields(model.cfg.model, names, frame, runs, probe_length, skipped_lengths, settings)
-    lap("metrics")
+    lap("metrics", "drawing the report")
     files = write_outputs(Path(out_dir), metrics, frame, glitches, rates, probe)
-    lap("report")
+    lap("report", "done")
+    bar.refresh()   # the last state is drawn, whatever tqdm's minimum interval between draws
+    bar.close()
     metrics["timings_s"] = {**timings, "total": clock[-1] - clock[0]}
     files["metrics_json"].write_text(json.dumps(plain(metrics), indent=2, allow_nan=False) + "\n")
     return Diagnosis(Path(out_dir), plain(metrics), frame, glitches, files)

@@ -51,13 +51,14 @@ class LengthRun:
 
 
 def measure(model, tokens: np.ndarray, layers: list[int], names: list[str], sink_keys: Sequence[int],
-            probe: bool) -> LengthRun:
+            probe: bool, bar=None) -> LengthRun:
     """The pattern's metrics that the papers follow across lengths (sparsity, survivors, max
     |a|, entropy, sinks); at the probe length also those they report at one length (the
     views' sparsity, survivors and max |a|, cross-view correlation, logit tails), the
     dispersion curve, the two retrieval probes, and the maps for the heatmaps. Other lengths hook
     the pattern alone: at T = 2048 the rest would cost more than the forward pass. Layers arrive
-    in order, so the bit carriers at each layer's input follow from the layer before."""
+    in order, so the bit carriers at each layer's input follow from the layer before. ``bar``
+    (a tqdm bar, or None) advances by one as each layer is measured."""
     run = LengthRun(tokens)
     views = [name for name in names if name.startswith("view_")]
     carriers = {layers[0]: bit_carriers_in_tokens(tokens)} if probe else {}
@@ -80,23 +81,35 @@ def measure(model, tokens: np.ndarray, layers: list[int], names: list[str], sink
         run.last_write.append(last_write_attention(pattern, tokens))
         run.maps[layer] = {name: maps[name] for name in ["pattern", *views]}
 
-    logits, _ = capture_maps(model, tokens, names if probe else ["pattern"], consume)
+    def consume_and_count(layer, maps):
+        consume(layer, maps)
+        if bar is not None:
+            bar.update()
+
+    logits, _ = capture_maps(model, tokens, names if probe else ["pattern"], consume_and_count)
     if probe:
         run.predicted = logits.argmax(-1).numpy()
     return run
 
 
 def run_lengths(model, layers: list[int], names: list[str], lengths: Sequence[int], n_cache_sequences: int,
-                sink_keys: Sequence[int]):
+                sink_keys: Sequence[int], bar=None):
     """Measure at every length the model can take, the one closest to 512 first (it becomes the
-    probe length). Returns ``({T: LengthRun}, probe length or None, {T: reason skipped})``."""
+    probe length). Returns ``({T: LengthRun}, probe length or None, {T: reason skipped})``.
+    ``bar``: a tqdm bar (or None) that says which length runs and counts its layers; a skipped
+    length counts as done."""
     runs, skipped, probe_length = {}, {}, None
     for T in sorted(set(lengths), key=lambda T: (abs(T - CANONICAL_SEQ_LEN), T)):
+        counted = bar.n if bar is not None else 0
         try:
+            if bar is not None:
+                bar.set_postfix_str(f"attention at T={T}")
             tokens = load_split("iid", n_cache_sequences, seq_len=T)
-            runs[T] = measure(model, tokens, layers, names, sink_keys, probe=probe_length is None)
+            runs[T] = measure(model, tokens, layers, names, sink_keys, probe=probe_length is None, bar=bar)
         except ValueError as err:
             skipped[T] = str(err).splitlines()[0]
+            if bar is not None:
+                bar.update(counted + len(layers) - bar.n)
             continue
         probe_length = probe_length or T
     return dict(sorted(runs.items())), probe_length, dict(sorted(skipped.items()))
