@@ -330,7 +330,7 @@ class GlitchLensTransformer(HookedModelMixin, HookedRootModule):
         check_return_type(return_type)
         blocks = self.blocks
         if stop_at_layer is not None:
-            if not isinstance(stop_at_layer, int) or not -len(blocks) <= stop_at_layer <= len(blocks):
+            if type(stop_at_layer) is not int or not -len(blocks) <= stop_at_layer <= len(blocks):
                 raise ValueError(f"stop_at_layer must be an integer in [-{len(blocks)}, {len(blocks)}] for "
                                  f"{len(blocks)} blocks, got {stop_at_layer!r}")
             blocks = blocks[:stop_at_layer]

@@ -89,8 +89,9 @@ def test_stop_at_layer_returns_the_stream_before_that_block():
     torch.testing.assert_close(model(tokens, stop_at_layer=1), cache["resid_pre", 1])
     torch.testing.assert_close(model.run_with_hooks(tokens, stop_at_layer=-1), cache["resid_pre", 1])
     torch.testing.assert_close(model(tokens, stop_at_layer=2), cache["resid_post", 1])
-    with pytest.raises(ValueError, match=r"stop_at_layer must be an integer in \[-2, 2\]"):
-        model(tokens, stop_at_layer=3)
+    for bad in (3, True):
+        with pytest.raises(ValueError, match=r"stop_at_layer must be an integer in \[-2, 2\]"):
+            model(tokens, stop_at_layer=bad)
 
 
 def test_config_attributes_transformer_lens_code_reads():
