@@ -13,7 +13,7 @@ import models
 from interp.cli import main
 from interp.evaluate import ReadPredictions, evaluate_tokens, predict_reads
 from interp.hunt import (
-    EDIT_NAMES, LONG_GAP, Edits, classify_errors, hunt, padded, verify, with_reads_recomputed, write_hunt,
+    EDIT_NAMES, LONG_GAP, OVERVIEW_COLUMNS, Edits, classify_errors, hunt, padded, verify, with_reads_recomputed, write_hunt,
 )
 from interp.tasks import (
     D_VOCAB, ONE, READ, ZERO, check_tokens, last_write_positions, parse_sequence, read_sequences, sample_ffl,
@@ -191,6 +191,10 @@ def test_cli_hunts_a_pretrained_model_and_eval_rechecks_its_files(tmp_path, caps
     assert main([*args, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "glitch hunt" in printed and "shortest failing sequence" in printed
+    # each column says whether it counts over the whole hunt or is a rate on the last generation
+    assert all(("(total)" in column) != ("rate (last gen.)" in column) for column in OVERVIEW_COLUMNS[2:])
+    words = " ".join(printed.split())   # the note under the table, wrapped to the terminal's width
+    assert "(total)" in printed and "total: a count over the whole hunt" in words and "last gen.: a rate" in words
     summary = json.loads((out / "hunt.json").read_text())
     assert summary["budget"] == 16 and set(summary["methods"]) == {"guided", "random sparse", "random dense"}
     assert main([*args, "--json"]) == 0

@@ -10,7 +10,7 @@ from interp.hunt.edits import EDIT_NAMES, MAX_BLOCK, Edits, sampled_pairs, with_
 from interp.hunt.errors import (
     CROWD_WINDOW, CROWDED, ERROR_COLUMNS, LONG_GAP, classify_errors, has_wrong_read, training_length, verify,
 )
-from interp.hunt.report import abbreviated, overview_rows, shortest_rows, write_hunt
+from interp.hunt.report import OVERVIEW_COLUMNS, OVERVIEW_NOTE, abbreviated, overview_rows, shortest_rows, write_hunt
 from interp.hunt.search import (
     LENGTH_STEPS, SHRINK_SHARE, HuntResult, MethodResult, Proposals, finish, guided_search, hunt, longest_input,
     lowest_margins, padded, random_sampling, shrink,

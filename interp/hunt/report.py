@@ -16,9 +16,20 @@ def abbreviated(text: str, keep: int = 36) -> str:
     return text if len(text) <= 2 * keep else f"{text[:keep]}...{text[-keep:]}"
 
 
+# The columns of :func:`overview_rows`, each saying whether it counts over the whole hunt or
+# measures the distribution the method ends on (the guided search's last generation of children; a
+# random method's samples, whose distribution never changes), and whether it is a count or a rate.
+OVERVIEW_COLUMNS = ("method", "from", "scored\n(total)", "failing seqs\n(total)", "read error\nrate (last gen.)",
+                    "seq error\nrate (last gen.)", "error types\n(total)")
+OVERVIEW_NOTE = ("total: a count over the whole hunt (scored: shrinking included; failing seqs: the distinct proposals "
+                 "verified to fail); last gen.: a rate on the distribution the method ends on, the guided search's "
+                 "last generation of children, a random method's samples")
+
+
 def overview_rows(result: HuntResult) -> list[tuple[str, ...]]:
-    """One table row per method: where it started, sequences scored, verified failing sequences,
-    the read and sequence error rates on the distribution it ends on, and how many error types."""
+    """One table row per method (:data:`OVERVIEW_COLUMNS`): where it started, sequences scored,
+    verified failing sequences, the read and sequence error rates on the distribution it ends on,
+    and how many error types."""
     return [(name, m.summary["start"], str(m.summary["scored"]), str(m.summary["failing_sequences"]),
              f"{m.summary['final']['read_error_rate']:.2e}", f"{100 * m.summary['final']['sequence_error_rate']:.1f}%",
              str(len(m.summary["types"]))) for name, m in result.methods.items()]
