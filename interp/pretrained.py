@@ -146,8 +146,23 @@ def listing(root: str | Path = PRETRAINED_DIR, names: list[str] | None = None) -
             row.update({"model": config["model"]["model"], **{f: config["model"][f] for f in SHAPE_FIELDS},
                         **{f: config["training"]["config"][f] for f in LENGTH_FIELDS}})
             row["size_kb"] = sum(f.stat().st_size for f in directory.iterdir()) / 1024
+            if row["model"] in THRESHOLD_MODELS:
+                row["beta"] = recorded_betas(directory, config)
         rows.append(row)
     return rows
+
+
+# Mechanisms with a threshold scale beta per layer (trela and TDA: models.attention.tda).
+THRESHOLD_MODELS = ("tda", "trela")
+
+
+def recorded_betas(directory: Path, config: dict[str, Any]) -> list[float]:
+    """The threshold scale beta of each layer of a trela or TDA entry, read from its tensor file
+    with numpy alone (the listing does not import torch)."""
+    from safetensors import safe_open
+
+    with safe_open(directory / config.get("files", {}).get("model", "model.safetensors"), framework="numpy") as f:
+        return [float(f.get_tensor(f"blocks.{layer}.attn.beta")) for layer in range(config["model"]["n_layers"])]
 
 
 def _recorded_config(directory: Path) -> dict[str, Any]:

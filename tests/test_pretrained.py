@@ -152,6 +152,15 @@ def test_listing_imports_no_torch_and_fits_100_columns():
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("name", ["tda-mech", "trela-mech"])
+def test_the_listing_gives_the_beta_of_every_layer_of_a_threshold_entry(name, capsys):
+    betas = [float(block.attn.beta) for block in models.load_pretrained(name).blocks]
+    assert pretrained.listing(names=[name])[0]["beta"] == pytest.approx(betas, abs=0)
+    assert "beta" not in pretrained.listing(names=["rope-mech"])[0]
+    main(["pretrained", "list", name])
+    assert f"beta per layer: {betas[0]:.2f}/{betas[1]:.2f}" in capsys.readouterr().out
+
+
 def test_adopting_a_run_checks_that_it_is_the_specimen(tmp_path):
     short = specimen("rope-mech", steps=2)
     assert main(["train", *short.train_args(), "--checkpoint-every", "1", "--out", str(tmp_path / "run")]) == 0
