@@ -31,6 +31,9 @@ AUTOMATON_EVAL_SEED = 52001
 # 10-15% at one thread (the per-position tensors of a batch stay in the last-level cache) and
 # 8 is no faster (docs/cpu-path-and-kernels.md "Evaluation speed").
 BATCH_SIZE = 16
+# The longest sequence evaluated. The model reads each sequence whole, in time that grows as the
+# square of its length: a 10^6-token one would run for hours in gigabytes without a sign of progress.
+MAX_SEQ_LEN = 16384
 
 
 @dataclass
@@ -205,6 +208,9 @@ def evaluate_tokens(model, tokens: np.ndarray, split: str = "custom", batch_size
     check_int("batch_size", batch_size)
     if len(tokens) == 0:
         raise ValueError("no sequences to evaluate")
+    if tokens.shape[1] > MAX_SEQ_LEN:
+        raise ValueError(f"{split}: sequences of {tokens.shape[1]:,} tokens are longer than the {MAX_SEQ_LEN:,} "
+                         "(interp.evaluate.MAX_SEQ_LEN) evaluated; cut them into shorter flip-flop sequences")
     with tqdm(total=len(tokens), desc=split, unit="seq", leave=False, disable=not progress) as bar:
         reads = predict_reads(model, tokens, batch_size, on_progress=bar.update)
     return summarise(split, len(tokens), reads)

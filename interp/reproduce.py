@@ -147,7 +147,10 @@ def sweep(out: Path, scale: Scale, models: tuple[str, ...], seeds: int, jobs: in
           ray_address: str | None = None) -> list[dict]:
     """Every (model, seed) of ``scale`` under ``out/runs``, ``jobs`` at a time or on the Ray cluster
     at ``ray_address``; finished runs are read back, unfinished ones resume. Results in ``models``
-    order, then by seed; raises ``interp.sweeps.SweepFailed`` after the last run if any failed."""
+    order, then by seed; raises ``interp.sweeps.SweepFailed`` after the last run if any failed. Every
+    run's configs are built first, so a bad name (a model, a recipe) fails before any run starts."""
+    for model in models:
+        configs(model, 0, scale)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     # seed by seed, in the order of ``models``, so that an interrupted sweep has every model's
     # first seeds, and the runs wanted first (the specimens) come first when named first
@@ -235,6 +238,9 @@ def reproduce_recipes(out: str | Path, recipes: tuple[str, ...], models: tuple[s
 
     scale = SCALES[scale] if isinstance(scale, str) else scale
     out = Path(out)
+    for recipe in recipes:  # every name checked before the first sweep starts
+        for model in models:
+            configs(model, 0, replace(scale, recipe=recipe))
     rows = []
     for recipe in recipes:
         for r in sweep(out / recipe, replace(scale, recipe=recipe), models, seeds, jobs, ray_address):

@@ -75,6 +75,9 @@ def train(
     reuse_freed_memory()
     batches = BatchSource(cfg)
     saved = prepare_output(out, resume, overwrite)
+    if saved is not None and saved["training"]["step"] > cfg.steps:
+        raise ValueError(f"{out}: its checkpoint is at step {saved['training']['step']}, past --steps {cfg.steps}: "
+                         "there is nothing to train (a run never saves past its steps: the file was edited)")
     torch.manual_seed(cfg.seed)
     model = on_device(models.build_model(model_cfg), device)
     betas = freeze_betas(model, cfg)

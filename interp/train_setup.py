@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import os
 import signal
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +18,8 @@ import torch
 
 import models
 from interp.metrics.attention import effective_entropy, l1_normalised
-from interp.tasks import read_mask, sample_automaton, train_batch
+from interp.outputs import writable_dir
+from interp.tasks import check_draw_size, read_mask, sample_automaton, train_batch
 from models import ModelConfig
 from models.config import check_int, check_known_fields, is_finite_number
 
@@ -90,6 +89,7 @@ class TrainConfig:
                 raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)!r}")
         if self.task == "flipflop" and (self.seq_len < 4 or self.seq_len % 2):
             raise ValueError(f"seq_len {self.seq_len}: flip-flop sequences are an even number >= 4 of tokens")
+        check_draw_size(self.batch_size, self.seq_len, "sequences per batch (batch_size)")
         if self.task == "automaton" and (self.data_file is not None or self.mixture):
             raise ValueError("the automaton task samples its own inputs: it takes neither a data file nor mixture")
         if self.mixture and self.data_file is not None:
@@ -220,17 +220,7 @@ def prepare_output(out: Path, resume: bool, overwrite: bool) -> dict[str, Any] |
     """Check, before any training, that ``out`` can take the run; returns the checkpoint
     config to resume from (None: a fresh run). A directory that already holds a checkpoint
     is only continued (``resume``) or replaced (``overwrite``), never silently both."""
-    if out.is_symlink() and not out.exists():
-        raise ValueError(f"--out {out} is a symbolic link to nothing ({os.readlink(out)}); remove it or give "
-                         "another directory")
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; give a directory for the checkpoint")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as err:
-        raise ValueError(f"--out {out} is not writable ({err.strerror}); choose another directory") from None
+    writable_dir(out)
     if not (out / models.checkpoint.CONFIG_FILE).exists():
         return None
     saved = models.read_config(out)

@@ -13,16 +13,29 @@ training log, notes, a report) is moved or deleted. One writer per directory at 
 
 ``config.json``::
 
-    {"format": "glitchlens-checkpoint", "format_version": 2,
+    {"format": "glitchlens-checkpoint", "format_version": 3,
      "files": {"model": "model.<tag>.safetensors", "training_state": "training_state.<tag>.safetensors"},
      "model": {...ModelConfig...}, "training": {...} | null, "metadata": {...}}
 
-Version 1 (no ``files``; fixed names ``model.safetensors`` and ``training_state.safetensors``)
-is still read, and replaced by version 2 on the next save.
+Each tensor file of version 3 records, in its safetensors header (``__metadata__``), what wrote
+it: ``role`` (``model`` or ``training_state``), ``architecture`` (the model name and every
+config field that shapes the network, as JSON) and ``sha256``, a digest of its tensors (names,
+dtypes, shapes and bytes; :func:`tensor_digest`). Loading refuses a file whose digest differs
+(damaged data) or whose architecture is not the one ``config.json`` describes (one model's
+weights beside another's config), naming both sides. The tensors themselves are what version 2
+wrote. A version-3 ``config.json`` holds every model-config field; one missing was removed by
+hand and is an error naming it.
+
+Versions 1 (no ``files``; fixed names ``model.safetensors`` and ``training_state.safetensors``)
+and 2 are still read, without the record (they have none), their missing model-config fields at
+the defaults, which are what the code that wrote them did; the next save replaces them with
+version 3.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -39,8 +52,8 @@ from safetensors.torch import save as dump_safetensors
 from models.config import ModelConfig
 
 FORMAT = "glitchlens-checkpoint"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 CONFIG_FILE = "config.json"
 MODEL, TRAINING_STATE = "model", "training_state"
 # Version 1's fixed names, which are also the roles' stems in version 2's tagged names.
@@ -48,6 +61,15 @@ V1_FILES = {MODEL: "model.safetensors", TRAINING_STATE: "training_state.safetens
 # What a save writes: tagged tensor files and the temporary config. Only names of this shape,
 # not named by the current config, are ever deleted (leftovers of an interrupted save).
 _OWN_FILE = re.compile(r"(model|training_state)\.[0-9a-f]{16}\.safetensors|\.config\.json\.[0-9a-f]{16}\.tmp")
+# The model-config fields that shape the network, recorded in each tensor file of version 3.
+ARCHITECTURE_FIELDS = ("model", "n_layers", "n_heads", "d_model", "d_mlp", "d_vocab", "n_ctx", "label_range",
+                       "lstm_hidden", "attention_options", "norm_placement", "linear_bias")
+# The first format version whose every save records a model-config field; fields not named here
+# were recorded from version 1 on. From that version on a missing field is an error; older
+# checkpoints predate it and take its default, the behaviour of the code that wrote them.
+_RECORDED_SINCE = {name: 3 for name in ("norm_placement", "init", "linear_bias", "embedding_dropout",
+                                        "attention_dropout", "mlp_hidden_dropout")}
+_DERIVED_FIELDS = ("attention", "pos_embed")  # follow from ``model``; never read back
 # A reader retries this often when saves keep replacing the files it was about to read.
 _READ_ATTEMPTS = 20
 
@@ -83,8 +105,26 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _tensor_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
-    return dump_safetensors({k: v.detach().cpu().contiguous() for k, v in tensors.items()})
+def tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over every tensor, in name order: its name, dtype, shape and bytes."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        digest.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def architecture(cfg: ModelConfig) -> dict[str, Any]:
+    """The fields of ``cfg`` that shape the network its tensors belong to."""
+    return {name: getattr(cfg, name) for name in ARCHITECTURE_FIELDS}
+
+
+def _tensor_bytes(tensors: dict[str, torch.Tensor], role: str, cfg: ModelConfig) -> bytes:
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    record = {"format": FORMAT, "role": role, "architecture": json.dumps(architecture(cfg), sort_keys=True),
+              "sha256": tensor_digest(tensors)}
+    return dump_safetensors(tensors, metadata=record)
 
 
 def save(
@@ -119,9 +159,9 @@ def save(
     tmp_config = path / f".{CONFIG_FILE}.{tag}.tmp"
     written = [path / name for name in files.values()] + [tmp_config]
     try:
-        _write_synced(path / files[MODEL], _tensor_bytes(model.state_dict()))
+        _write_synced(path / files[MODEL], _tensor_bytes(model.state_dict(), MODEL, model.cfg))
         if training_state is not None:
-            _write_synced(path / files[TRAINING_STATE], _tensor_bytes(training_state))
+            _write_synced(path / files[TRAINING_STATE], _tensor_bytes(training_state, TRAINING_STATE, model.cfg))
         _write_synced(tmp_config, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode())
         os.replace(tmp_config, path / CONFIG_FILE)  # the switch: one atomic rename
     except BaseException as err:
@@ -137,7 +177,8 @@ def save(
     _fsync_dir(path)
     keep = set(files.values())
     for name in old - keep:
-        (path / name).unlink(missing_ok=True)
+        if _OWN_FILE.fullmatch(name) or name in V1_FILES.values():  # never a file a hand-edited config names
+            (path / name).unlink(missing_ok=True)
     for leftover in path.iterdir():  # tensors of saves killed before their switch
         if _OWN_FILE.fullmatch(leftover.name) and leftover.name not in keep:
             leftover.unlink(missing_ok=True)
@@ -198,6 +239,16 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
     if (not isinstance(files, dict) or MODEL not in files
             or not all(isinstance(f, str) and f and Path(f).name == f for f in files.values())):
         raise CheckpointError(f"{config_file}: \"files\" must map \"model\" to a file name in the directory")
+    foreign = {role: name for role, name in files.items()
+               if not (role in V1_FILES and re.fullmatch(rf"{role}\.[0-9a-f]{{16}}\.safetensors", name))}
+    if "files" in config and foreign:
+        raise CheckpointError(f"{config_file}: \"files\" names {foreign}, which GlitchLens never writes (it writes "
+                              "model.<16 hex digits>.safetensors and training_state.<...>.safetensors); the file "
+                              "was edited")
+    step = training["step"] if training else 0
+    if not (isinstance(step, int) and not isinstance(step, bool) and step >= 0):
+        raise CheckpointError(f"{config_file}: the training step must be an integer >= 0, got {step!r}; the file "
+                              "was edited or is damaged")
     return config
 
 
@@ -210,14 +261,44 @@ def _looks_pickled(head: bytes) -> bool:
     return head[:1] == b"\x80" or head[:2] == b"PK"
 
 
-def _parse_tensors(file: Path, data: bytes) -> dict[str, torch.Tensor]:
+def _parse_tensors(file: Path, data: bytes, role: str, version: int) -> dict[str, torch.Tensor]:
+    """The tensors of ``data``; from format version 3 on, checked against the file's record of
+    its role and its digest."""
     if _looks_pickled(data[:9]):
         raise CheckpointError(f"{file}: this is a pickle, not safetensors; GlitchLens refuses to unpickle "
                               "files since that can run arbitrary code")
     try:
-        return load_safetensors(data)
+        tensors = load_safetensors(data)
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"{file}: unreadable safetensors file ({err}); it is truncated or corrupt") from None
+    if version < 3:
+        return tensors
+    record = tensor_record(data)
+    if record.get("format") != FORMAT or record.get("role") != role or not {"architecture", "sha256"} <= set(record):
+        raise CheckpointError(f"{file}: no GlitchLens record of what wrote it (role {role!r} and a checksum, which "
+                              f"every file of a format version {version} checkpoint has); it was replaced by "
+                              "another file")
+    if tensor_digest(tensors) != record["sha256"]:
+        raise CheckpointError(f"{file}: its tensors do not match their checksum (sha256 {record['sha256'][:12]}...); "
+                              "the file is damaged: restore it or train again")
+    return tensors
+
+
+def tensor_record(data: bytes) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file's header (empty if it has none)."""
+    length = int.from_bytes(data[:8], "little")
+    return json.loads(data[8:8 + length]).get("__metadata__") or {}
+
+
+def _recorded_architecture(file: Path, data: bytes) -> dict[str, Any]:
+    try:
+        recorded = json.loads(tensor_record(data)["architecture"])
+    except json.JSONDecodeError:
+        recorded = None
+    if not isinstance(recorded, dict):
+        raise CheckpointError(f"{file}: its record of the architecture that wrote it is not a JSON object; the file "
+                              "was edited")
+    return recorded
 
 
 def read_checkpoint(path: str | os.PathLike, role: str = MODEL) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -244,28 +325,63 @@ def read_checkpoint(path: str | os.PathLike, role: str = MODEL) -> tuple[dict[st
             raise CheckpointError(f"{file}: missing; the checkpoint is incomplete") from None
         except OSError as err:
             raise CheckpointError(f"{file}: unreadable ({err.strerror})") from None
-        return config, _parse_tensors(file, data)
+        tensors = _parse_tensors(file, data, role, config["format_version"])
+        if config["format_version"] >= 3:
+            _check_architecture(file, _recorded_architecture(file, data), model_config(config, path))
+        return config, tensors
     raise CheckpointError(f"{path}: replaced {_READ_ATTEMPTS} times while being read; try again")
+
+
+def model_config(config: dict[str, Any], path: str | os.PathLike) -> ModelConfig:
+    """The :class:`ModelConfig` of a checkpoint's parsed ``config.json`` (``path``: its
+    directory, for messages). A field that the checkpoint's format version always records and
+    that is missing is an error naming it; older versions take the defaults of fields added since."""
+    data, version = config["model"], config["format_version"]
+    missing = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in data and f.name not in
+               _DERIVED_FIELDS and _RECORDED_SINCE.get(f.name, 1) <= version]
+    if missing:
+        raise CheckpointError(f"{Path(path) / CONFIG_FILE}: the model config lacks {missing}, which every format "
+                              f"version {version} checkpoint records; the file was edited: restore the field")
+    try:
+        return ModelConfig.from_dict(data)
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(f"{Path(path) / CONFIG_FILE}: invalid model config ({err})") from None
+
+
+def _check_architecture(file: Path, recorded: dict[str, Any], cfg: ModelConfig) -> None:
+    described = architecture(cfg)
+    differ = [name for name in ARCHITECTURE_FIELDS if recorded.get(name) != described[name]]
+    if differ:
+        raise CheckpointError(
+            f"{file.parent}: config.json does not match its tensor file: the tensors were written by "
+            + ", ".join(f"{k}={recorded.get(k)!r}" for k in differ) + f" and config.json describes "
+            + ", ".join(f"{k}={described[k]!r}" for k in differ)
+            + " (one checkpoint's tensors beside another's config): put back the matching pair")
 
 
 def load(path: str | os.PathLike, device: str | torch.device = "cpu") -> torch.nn.Module:
     """Load a checkpoint's model, ready for ``run_with_cache`` / ``run_with_hooks`` (eval mode).
 
-    The tensors must match the config exactly (same names and shapes); otherwise the error
-    lists the differences. Parameters holding NaN or Inf load, with a warning.
+    The tensors must match the config exactly (same names, shapes, floating-point dtypes, and
+    from format version 3 on the architecture and checksum recorded with them); otherwise the
+    error lists the differences, the sizes (layers, widths) before the model is built.
+    Parameters holding NaN or Inf load, with a warning.
     """
     path = Path(path)
     config, tensors = read_checkpoint(path)
-    try:
-        cfg = ModelConfig.from_dict(config["model"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise CheckpointError(f"{path / CONFIG_FILE}: invalid model config ({err})") from None
+    cfg = model_config(config, path)
+    sizes = {name: size for name, size in _sizes(tensors).items() if getattr(cfg, name) != size}
+    if sizes:  # found before a model of the config's sizes is built
+        raise CheckpointError(f"{path}: config.json does not match its tensor file (" + ", ".join(
+            f"config {name}={getattr(cfg, name)} vs file {size}" for name, size in sizes.items()) + ")")
     model = build_model(cfg)
     expected = model.state_dict()
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
     wrong_shape = sorted(k for k in set(expected) & set(tensors) if expected[k].shape != tensors[k].shape)
-    if missing or unexpected or wrong_shape:
+    wrong_dtype = sorted(k for k in set(expected) & set(tensors)
+                         if expected[k].is_floating_point() and not tensors[k].is_floating_point())
+    if missing or unexpected or wrong_shape or wrong_dtype:
         details = []
         if missing:
             details.append(f"missing {missing[:5]}")
@@ -274,6 +390,9 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu") -> torch.n
         if wrong_shape:
             details.append("shape mismatch " + ", ".join(
                 f"{k}: config {tuple(expected[k].shape)} vs file {tuple(tensors[k].shape)}" for k in wrong_shape[:5]))
+        if wrong_dtype:
+            details.append("not floating point " + ", ".join(
+                f"{k}: file {tensors[k].dtype}" for k in wrong_dtype[:5]))
         raise CheckpointError(f"{path}: config.json does not match its tensor file ({'; '.join(details)})")
     non_finite = non_finite_tensors(tensors)
     if non_finite:
@@ -281,6 +400,20 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu") -> torch.n
                       "checkpoint diverged, and the model's outputs are meaningless", RuntimeWarning, stacklevel=2)
     model.load_state_dict(tensors)
     return on_device(model, device).eval()
+
+
+def _sizes(tensors: dict[str, torch.Tensor]) -> dict[str, int]:
+    """The sizes that make a model large (layers, widths), as the tensors have them."""
+    sizes = {}
+    embedding, mlp = tensors.get("W_E"), tensors.get("blocks.0.mlp.W_in")
+    if embedding is not None and embedding.ndim == 2:
+        sizes["d_vocab"], sizes["d_model"] = embedding.shape
+    blocks = {int(m.group(1)) for name in tensors if (m := re.match(r"blocks\.(\d+)\.", name))}
+    if blocks:
+        sizes["n_layers"] = max(blocks) + 1
+    if mlp is not None and mlp.ndim == 2:
+        sizes["d_mlp"] = mlp.shape[1]
+    return sizes
 
 
 def on_device(model: torch.nn.Module, device: str | torch.device) -> torch.nn.Module:

@@ -43,6 +43,13 @@ PRESETS: dict[str, dict[str, int]] = {
 }
 
 
+# Upper bounds of the sizes, far above every model here (mini: 4 layers x 4 heads, d_model 256), so
+# that a mistyped size is refused with its limit before anything is allocated.
+MAX_SIZES = {"n_layers": 256, "n_heads": 256, "d_model": 16384, "d_mlp": 65536, "d_vocab": 65536,
+             "n_ctx": 1 << 20, "label_range": 1 << 20, "lstm_hidden": 8192}
+MAX_PARAMETERS = 1 << 30  # 4 GiB of float32 weights, 16 GiB with AdamW's state and the gradients
+
+
 def check_known_fields(cls: type, data: dict[str, Any], what: str) -> None:
     """Refuse a saved config with fields the dataclass ``cls`` does not have; fields it lacks
     are fine (they were added since, and take their defaults)."""
@@ -97,9 +104,9 @@ class ModelConfig:
         if self.model not in MODEL_FAMILIES:
             raise ValueError(f"unknown model {self.model!r}; choose one of {', '.join(MODEL_FAMILIES)}")
         for name in ("n_layers", "n_heads", "d_model", "d_vocab", "n_ctx", "label_range", "lstm_hidden"):
-            check_int(name, getattr(self, name))
+            check_int(name, getattr(self, name), maximum=MAX_SIZES[name])
         if self.d_mlp is not None:
-            check_int("d_mlp", self.d_mlp)
+            check_int("d_mlp", self.d_mlp, maximum=MAX_SIZES["d_mlp"])
         for name in ("dropout", "attention_dropout", "mlp_hidden_dropout", "embedding_dropout"):
             value = getattr(self, name)
             if name == "embedding_dropout" and value is None:
@@ -129,6 +136,18 @@ class ModelConfig:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.pos_embed == "label" and self.label_range < self.n_ctx:
             raise ValueError(f"label_range={self.label_range} must be >= n_ctx={self.n_ctx}")
+        if self.approx_parameters() > MAX_PARAMETERS:
+            raise ValueError(f"n_layers={self.n_layers}, d_model={self.d_model}, d_mlp={self.d_mlp} make about "
+                             f"{self.approx_parameters():.3g} parameters, more than the {MAX_PARAMETERS:,} "
+                             "(models.config.MAX_PARAMETERS) this toolkit builds")
+
+    def approx_parameters(self) -> int:
+        """An upper estimate of the parameter count, from the sizes alone (nothing is built):
+        four attention and three MLP matrices per block, the embeddings and position tables."""
+        if self.model == "lstm":
+            return 4 * self.lstm_hidden * (2 * self.lstm_hidden + self.d_vocab + 2) + self.lstm_hidden * self.d_vocab
+        per_block = 4 * self.d_model * self.d_model + 3 * self.d_model * self.d_mlp
+        return self.n_layers * per_block + self.d_model * (2 * self.d_vocab + self.n_ctx + self.label_range)
 
     # TransformerLens's cfg.device: where the model built from this config is. The model keeps
     # it current when it moves (models.lens.HookedModelMixin), as TransformerLens's models do.
@@ -219,12 +238,13 @@ class ModelConfig:
         return cls(**data)
 
 
-def check_int(name: str, value: Any, minimum: int = 1) -> None:
-    """Refuse a value that is not an integer >= ``minimum``, naming the option. The one
-    check of every count in the configs and the evaluation."""
-    if not _is_a(value, int) or value < minimum:
+def check_int(name: str, value: Any, minimum: int = 1, maximum: int | None = None) -> None:
+    """Refuse a value that is not an integer in ``[minimum, maximum]``, naming the option and
+    the limits. The one check of every count in the configs and the evaluation."""
+    if not _is_a(value, int) or value < minimum or (maximum is not None and value > maximum):
         wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ValueError(f"{name} must be {wanted}, got {value!r}")
+        limit = f" at most {maximum:,}" if maximum is not None else ""
+        raise ValueError(f"{name} must be {wanted}{limit}, got {value!r}")
 
 
 def is_finite_number(value: Any) -> bool:

@@ -8,6 +8,8 @@ page would cost about 2 s each); each figure's screenshot is cut out of it by it
 kept under pytest's tmp_path (``screenshots/NAME.png``) to look at."""
 
 import html
+import json
+import re
 
 import matplotlib.image
 import numpy as np
@@ -59,3 +61,81 @@ def test_every_figure_renders_in_headless_chromium(tmp_path):
         if not drawn(crop):
             blank.append(name)
     assert blank == ["empty"], f"blank screenshots in {tmp_path / 'screenshots'}"
+
+
+# --- The diagnosis report at the width of a laptop's browser window -----------------------------
+
+WINDOW_PX = 1400
+
+# Once the report has drawn its figures: the page's width, every element that reaches past the
+# window (or, for a figure's text, past its figure), text under 10 px, and legend entries or
+# colour bars without a name, written onto <html> for --dump-dom.
+LAYOUT_PROBE = """<script>
+addEventListener("error", e => document.documentElement.setAttribute("data-error", e.message));
+addEventListener("unhandledrejection", e => document.documentElement.setAttribute("data-error", String(e.reason)));
+addEventListener("load", () => {
+  const root = document.documentElement;
+  const check = () => {
+    if (root.dataset.figures !== "drawn") return setTimeout(check, 100);
+    const outside = [], small = [], unnamed = [];
+    const name = el => el.tagName + (el.id ? "#" + el.id : "") + "." + (el.getAttribute("class") || "");
+    for (const el of document.querySelectorAll("body *")) {
+      const box = el.getBoundingClientRect();
+      if (el.closest("#js-plotly-tester") || (box.width === 0 && box.height === 0)) continue;
+      if (box.left < -0.5 || box.right > innerWidth + 0.5)
+        outside.push(name(el) + " at x " + box.left + ".." + box.right);
+    }
+    for (const div of document.querySelectorAll(".plotly-graph-div")) {
+      const frame = div.getBoundingClientRect();
+      for (const text of div.querySelectorAll("text")) {
+        if (!text.textContent.trim()) continue;
+        const box = text.getBoundingClientRect();
+        if (box.left < frame.left - 0.5 || box.right > frame.right + 0.5 || box.top < frame.top - 0.5 ||
+            box.bottom > frame.bottom + 0.5) outside.push("'" + text.textContent + "' of " + div.id);
+        if (parseFloat(getComputedStyle(text).fontSize) < 10) small.push("'" + text.textContent + "' of " + div.id);
+      }
+      for (const entry of div.querySelectorAll(".legendtext"))
+        if (/^trace \\d+$/.test(entry.textContent)) unnamed.push(entry.textContent + " in " + div.id);
+      for (const bar of div.querySelectorAll(".colorbar"))
+        if (!bar.querySelector(".cbtitle text")?.textContent.trim()) unnamed.push("a colour bar of " + div.id);
+    }
+    root.setAttribute("data-layout", JSON.stringify({scrollWidth: root.scrollWidth, height: root.scrollHeight,
+                                                     figures: document.querySelectorAll(".main-svg").length,
+                                                     outside, small, unnamed}));
+  };
+  check();
+});
+</script>"""
+
+
+@pytest.fixture(scope="module")
+def tda_report(tmp_path_factory):
+    """report.html of tda-mech, the widest of the specimens' (4 heads, two views beside each
+    pattern), at the default probe length and heatmap window; one sequence per split and one per
+    length keep it quick (the figures are the same size with more)."""
+    from interp.diagnose import diagnose
+    from models import pretrained
+
+    out = tmp_path_factory.mktemp("tda-report")
+    return diagnose(pretrained.path("tda-mech"), out, n=1, lengths=(512,), n_cache_sequences=1).files["report"]
+
+
+def test_the_diagnosis_report_fits_a_1400_px_window(tda_report, tmp_path):
+    source = tda_report.read_text()
+    assert "<title>GlitchLens diagnosis: tda-mech (tda)</title>" in source    # the specimen, not the mechanism
+    assert tda_report.stat().st_size < 3_000_000
+    probed = tmp_path / "probed.html"
+    probed.write_text(source.replace("<head>", "<head>" + LAYOUT_PROBE, 1))
+    dom = chromium(tmp_path, "--virtual-time-budget=30000", f"--window-size={WINDOW_PX},1000", "--dump-dom",
+                   probed.as_uri()).stdout
+    root = re.search(r"<html([^>]*)>", dom)[1]
+    assert "data-error" not in root, html.unescape(root)
+    layout = json.loads(html.unescape(re.search(r'data-layout="([^"]*)"', root)[1]))
+    assert layout["figures"] >= 2 * source.count('class="plotly-graph-div"') >= 2 * 10  # every figure drawn
+    assert layout["scrollWidth"] <= WINDOW_PX and layout["outside"] == [], layout["outside"]
+    assert layout["small"] == [] and layout["unnamed"] == [], (layout["small"], layout["unnamed"])
+    shot = tmp_path / "report.png"                # the whole page, to look at
+    chromium(tmp_path, "--virtual-time-budget=30000", f"--window-size={WINDOW_PX},{layout['height']}",
+             f"--screenshot={shot}", tda_report.as_uri())
+    pixels = (matplotlib.image.imread(shot) * 255).astype(np.uint8)
+    assert pixels.shape[:2] == (layout["height"], WINDOW_PX) and drawn(pixels)

@@ -119,7 +119,7 @@ def test_a_header_length_starting_with_0x80_is_not_a_pickle(tmp_path):
             break
     else:
         pytest.fail("no header length ending in 0x80 found")
-    assert models.checkpoint._parse_tensors(file, file.read_bytes()).keys() == {"w" * n}
+    assert models.checkpoint._parse_tensors(file, file.read_bytes(), "model", 1).keys() == {"w" * n}
 
 
 # --- Nothing lost: saving never destroys data, and a checkpoint is always there under its name.
@@ -324,3 +324,163 @@ def test_an_interrupt_just_after_the_switch_keeps_the_new_checkpoint(saved, monk
         models.save(path, new)
     monkeypatch.undo()
     assert torch.equal(weights(models.load(path)), weights(new))
+
+
+# --- What wrote the tensors: a checkpoint records it, and loading refuses a mismatch.
+
+def trained_pair(tmp_path):
+    """A TRA and a FoT checkpoint of one size: their tensors have the same names and shapes."""
+    paths = {}
+    for name in ("tra", "fot"):
+        torch.manual_seed(0)
+        paths[name] = models.save(tmp_path / name, build_model(ModelConfig.from_preset(name, "tiny", n_ctx=64)),
+                                  training={"config": {}, "step": 3}, training_state={"0.exp_avg": torch.ones(2)})
+    return paths
+
+
+def test_one_mechanisms_tensors_beside_anothers_config_are_refused_naming_both(tmp_path):
+    paths = trained_pair(tmp_path)
+    assert models.load(paths["tra"]).cfg.model == "tra"
+    config = json.loads((paths["fot"] / "config.json").read_text())
+    (paths["fot"] / config["files"]["model"]).unlink()
+    os.replace(model_file(paths["tra"]), paths["fot"] / config["files"]["model"])
+    with pytest.raises(CheckpointError, match=r"written by model='tra' and config.json describes model='fot'"):
+        models.load(paths["fot"])
+
+
+def test_the_record_names_the_role_the_architecture_and_a_digest(saved):
+    model, path = saved
+    record = models.checkpoint.tensor_record(model_file(path).read_bytes())
+    assert record["role"] == "model" and record["format"] == "glitchlens-checkpoint"
+    assert json.loads(record["architecture"]) == json.loads(json.dumps(models.checkpoint.architecture(model.cfg)))
+    assert record["sha256"] == models.checkpoint.tensor_digest(model.state_dict())
+    assert json.loads((path / "config.json").read_text())["format_version"] == 3
+
+
+def test_flipped_bytes_in_the_tensor_data_are_refused(saved):
+    _, path = saved
+    data = bytearray(model_file(path).read_bytes())
+    data[-40] ^= 0x01
+    data[-7] ^= 0x80
+    model_file(path).write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="do not match their checksum.*damaged"):
+        models.load(path)
+
+
+def test_a_tensor_file_without_its_record_is_refused_in_a_version_3_checkpoint(saved):
+    model, path = saved
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, model_file(path))
+    with pytest.raises(CheckpointError, match="no GlitchLens record of what wrote it"):
+        models.load(path)
+
+
+def test_training_state_is_checked_as_the_model_is(tmp_path):
+    path = trained_pair(tmp_path)["tra"]
+    name = json.loads((path / "config.json").read_text())["files"]["training_state"]
+    assert torch.equal(models.checkpoint.load_training_state(path)["0.exp_avg"], torch.ones(2))
+    data = bytearray((path / name).read_bytes())
+    data[-1] ^= 0x01
+    (path / name).write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="checksum"):
+        models.checkpoint.load_training_state(path)
+
+
+def test_integer_weights_are_refused(saved):
+    model, path = saved
+    config = json.loads((path / "config.json").read_text())
+    integers = {k: v.round().to(torch.int64) if k == "W_E" else v for k, v in model.state_dict().items()}
+    (path / config["files"]["model"]).unlink()
+    path.joinpath("config.json").write_text(json.dumps({**config, "format_version": 2}))
+    save_file({k: v.contiguous() for k, v in integers.items()}, path / config["files"]["model"])
+    with pytest.raises(CheckpointError, match=r"not floating point W_E: file torch.int64"):
+        models.load(path)
+
+
+@pytest.mark.parametrize("version, field", [(3, "norm_placement"), (3, "linear_bias"), (1, "n_layers"),
+                                            (2, "d_model")])
+def test_a_field_that_its_format_version_always_records_must_be_there(saved, version, field):
+    _, path = saved
+    config = json.loads((path / "config.json").read_text())
+    del config["model"][field]
+    (path / "config.json").write_text(json.dumps({**config, "format_version": version}))
+    with pytest.raises(CheckpointError, match=rf"lacks \['{field}'\], which every format version {version}"):
+        models.load(path)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_checkpoints_older_than_a_field_take_the_value_of_their_time(tmp_path, version):
+    """norm_placement (and init, linear_bias, the dropout options) came after format version 2's
+    first checkpoints: those lack them and were pre-norm blocks without biases, the defaults."""
+    model = build_model(ModelConfig.from_preset("tra", "tiny", n_ctx=64))
+    path = tmp_path / f"v{version}"
+    path.mkdir()
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, path / "model.0123456789abcdef.safetensors")
+    old_fields = {k: v for k, v in model.cfg.to_dict().items() if k not in models.checkpoint._RECORDED_SINCE}
+    (path / "config.json").write_text(json.dumps({
+        "format": "glitchlens-checkpoint", "format_version": version, "model": old_fields, "training": None,
+        "metadata": {}, **({"files": {"model": "model.0123456789abcdef.safetensors"}} if version == 2 else {})}))
+    if version == 1:
+        (path / "model.0123456789abcdef.safetensors").rename(path / "model.safetensors")
+    loaded = models.load(path)
+    assert loaded.cfg.norm_placement == "pre" and not loaded.cfg.linear_bias
+    assert torch.equal(weights(loaded), weights(model))
+
+
+def test_every_shipped_checkpoint_still_loads():
+    for name in models.pretrained.ENTRIES:
+        if (models.pretrained.PRETRAINED_DIR / name / "config.json").exists():
+            assert models.load_pretrained(name).cfg.n_layers >= 1
+
+
+def test_a_config_naming_a_foreign_file_is_refused_and_the_file_kept(saved):
+    """A hand-edited config.json that names a user's file as its tensors: neither loading nor a
+    save over it (train --overwrite) touches that file."""
+    model, path = saved
+    notes = path / "notes.md"
+    notes.write_text("mine")
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "files": {"model": "notes.md"}}))
+    with pytest.raises(CheckpointError, match="names {'model': 'notes.md'}, which GlitchLens never writes"):
+        models.load(path)
+    with pytest.raises(CheckpointError, match="refusing to save over it"):
+        models.save(path, model)
+    assert notes.read_text() == "mine"
+
+
+def test_a_save_deletes_only_the_files_glitchlens_writes(saved, monkeypatch):
+    """Defence in depth: even a named file that slipped past read_config is not deleted."""
+    model, path = saved
+    notes = path / "notes.md"
+    notes.write_text("mine")
+    monkeypatch.setattr(models.checkpoint, "_named_files", lambda p: {"notes.md", model_file(path).name})
+    models.save(path, model)
+    assert notes.read_text() == "mine"
+
+
+@pytest.mark.parametrize("step", ["10", -1, 2.5, True])
+def test_a_training_step_that_is_not_a_count_is_refused(saved, step):
+    _, path = saved
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "training": {"config": {}, "step": step}}))
+    with pytest.raises(CheckpointError, match="training step must be an integer >= 0"):
+        models.read_config(path)
+
+
+def test_a_config_of_a_million_layers_is_refused_before_anything_is_built(saved, monkeypatch):
+    _, path = saved
+    config = json.loads((path / "config.json").read_text())
+    config["model"]["n_layers"] = 10**6
+    (path / "config.json").write_text(json.dumps(config))
+    monkeypatch.setattr(models.checkpoint, "build_model", lambda cfg: pytest.fail("built"))
+    with pytest.raises(CheckpointError, match="n_layers must be a positive integer at most 256, got 1000000"):
+        models.load(path)
+
+
+def test_sizes_that_do_not_fit_the_tensors_are_found_before_the_model_is_built(saved, monkeypatch):
+    _, path = saved
+    config = json.loads((path / "config.json").read_text())
+    config["model"].update(n_layers=200, d_model=128)
+    (path / "config.json").write_text(json.dumps({**config, "format_version": 2}))
+    monkeypatch.setattr(models.checkpoint, "build_model", lambda cfg: pytest.fail("built"))
+    with pytest.raises(CheckpointError, match="config d_model=128 vs file 64, config n_layers=200 vs file 2"):
+        models.load(path)

@@ -3,8 +3,10 @@
 import argparse
 import json
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -27,7 +29,8 @@ def test_data_writes_the_canonical_prefix(tmp_path, suffix):
     out = tmp_path / f"dense{suffix}"
     assert main(["data", "--split", "dense", "-n", "5", "--out", str(out)]) == 0
     assert np.array_equal(read_sequences(out), load_split("dense", 5))
-    assert main(["data", "--split", "train", "-n", "3", "--seed", "4", "--seq-len", "16", "--out", str(out)]) == 0
+    assert main(["data", "--split", "train", "-n", "3", "--seed", "4", "--seq-len", "16", "--out", str(out),
+                 "--overwrite"]) == 0
     assert read_sequences(out).shape == (3, 16)
 
 
@@ -320,3 +323,110 @@ def test_help_imports_no_torch():
               "assert 'torch' not in sys.modules, 'torch imported'\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 0 and "usage: glitchlens bench" in result.stdout, result.stderr
+
+
+# --- Nothing silent, nothing lost: outputs and names are checked before any work, Ctrl-C is one line.
+
+@pytest.mark.integration
+def test_data_refuses_to_replace_a_file_without_overwrite(tmp_path, capsys):
+    out = tmp_path / "mine.jsonl"
+    out.write_text("my notes\n")
+    fails(capsys, "data", "--split", "iid", "-n", "2", "--out", out, match="mine.jsonl exists; pass --overwrite")
+    assert out.read_text() == "my notes\n"
+    assert main(["data", "--split", "iid", "-n", "2", "--out", str(out), "--overwrite"]) == 0
+    assert np.array_equal(read_sequences(out), load_split("iid", 2))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("args, match", [
+    (["train", "--model", "nope", "--out", ""], "--out: an empty path"),
+    (["diagnose", "tra-mech", "--out", " "], "--out: an empty path"),
+    (["data", "--split", "iid", "--out", ""], "--out: an empty path"),
+    (["hunt", "tra-mech", "--out", ""], "--out: an empty path"),
+    (["pretrained", "list", "--root", "/nonexistent"], "--root /nonexistent: no such directory"),
+    (["figures", "--out", "{root}/figs", "--only", "tra_vs_fot", "--table1", "{root}/missing.csv"],
+     "--table1 .*missing.csv: no such file"),
+    (["reproduce", "recipes", "--recipes", "llama,nosuch", "--out", "{root}/sweep"],
+     "unknown recipe 'nosuch'; choose one of"),
+    (["reproduce", "table1", "--models", "tra,gpt5", "--out", "{root}/sweep"], "unknown model 'gpt5'"),
+    (["bench", "kernels", "--seq-lens", "0"], "--seq-lens: expected a positive integer, got 0"),
+    (["diagnose", "{root}/ckpt", "--out", "{root}/a_file"], "--out .*a_file is a file"),
+    (["hunt", "{root}/ckpt", "--out", "{root}/a_file"], "--out .*a_file is a file"),
+    (["eval", "{root}/ckpt", "--data", "{root}/long.jsonl"], "sequences of 20,000 tokens are longer than the 16,384"),
+])
+def test_names_and_outputs_are_refused_before_any_work(capsys, files, monkeypatch, args, match):
+    import interp.diagnose as diagnose
+    import interp.hunt as hunt
+    import interp.reproduce as reproduce
+
+    for module, name in ((diagnose, "evaluate_reads"), (hunt, "hunt"), (reproduce, "run_all")):
+        monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail(f"{name} started"))
+    (files / "long.jsonl").write_text('{"text": "w0' + "i0" * 9_998 + 'r0"}\n')
+    fails(capsys, *[a.format(root=files) for a in args], match=match)
+    assert not (files / "sweep").exists() and not (files / "figs").exists()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command, where", [
+    (["eval", "tra-mech", "-n", "2"], "interp.evaluate.predict_reads"),
+    (["diagnose", "tra-mech", "--out", "{root}/report"], "interp.diagnose.evaluate_reads"),
+    (["train", *TRAIN[1:], "--out", "{root}/early"], "interp.train.BatchSource"),
+    (["eval", "tra-mech"], "models.load"),
+])
+def test_ctrl_c_anywhere_is_one_line_and_status_130(capsys, files, monkeypatch, command, where):
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(where, interrupt)
+    assert main([a.format(root=files) for a in command]) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and screen(err)[-1] == f"glitchlens {command[0]}: interrupted", err
+
+
+def screen(text: str) -> list[str]:
+    """The lines a terminal shows for ``text``: a carriage return (a progress bar's redraw)
+    moves back to the start of the line, whose old characters stay until overwritten."""
+    lines = []
+    for line in text.split("\n"):
+        shown = ""
+        for part in line.split("\r"):
+            shown = part + shown[len(part):]
+        lines.append(shown.rstrip())
+    return [line for line in lines if line]
+
+
+@pytest.mark.integration
+def test_ctrl_c_while_the_command_starts_is_one_line():
+    """SIGINT while `glitchlens eval` imports torch and loads the model."""
+    proc = subprocess.Popen([sys.executable, "-m", "interp.cli", "eval", "tra-mech"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # in main by then (it starts in 0.2 s), importing torch (2 s)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and err.strip() == "glitchlens eval: interrupted", err
+
+
+@pytest.mark.integration
+def test_a_resume_state_past_the_steps_says_so(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main([*TRAIN, "--out", str(run)]) == 0
+    config = json.loads((run / "config.json").read_text())
+    config["training"]["step"] = 10**9
+    (run / "config.json").write_text(json.dumps(config))
+    fails(capsys, *TRAIN, "--resume", "--out", run, match="at step 1000000000, past --steps 1: there is nothing")
+    config["training"]["step"] = "10"
+    (run / "config.json").write_text(json.dumps(config))
+    fails(capsys, *TRAIN, "--resume", "--out", run, match="the training step must be an integer >= 0, got '10'")
+
+
+@pytest.mark.integration
+def test_train_overwrite_never_deletes_a_file_the_project_did_not_write(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main([*TRAIN, "--out", str(run)]) == 0
+    (run / "thesis.tex").write_text("years of work")
+    config = json.loads((run / "config.json").read_text())
+    config["files"]["training_state"] = "thesis.tex"
+    (run / "config.json").write_text(json.dumps(config))
+    fails(capsys, *TRAIN, "--overwrite", "--out", run, match="names {'training_state': 'thesis.tex'}, which "
+                                                             "GlitchLens never writes")
+    assert (run / "thesis.tex").read_text() == "years of work"

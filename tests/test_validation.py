@@ -101,3 +101,82 @@ def test_a_saved_training_config_takes_defaults_for_new_fields_and_refuses_unkno
     assert TrainConfig.from_dict(saved) == TrainConfig(steps=7)
     with pytest.raises(ValueError, match=r"training config has unknown fields \['bogus'\]"):
         TrainConfig.from_dict({**saved, "bogus": 1})
+
+
+# --- Sizes are refused with their limit before anything is allocated.
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"n_layers": 10**6}, "n_layers must be a positive integer at most 256, got 1000000"),
+    ({"d_model": 10**30}, "d_model must be a positive integer at most 16,384"),
+    ({"n_ctx": 10**11}, "n_ctx must be a positive integer at most 1,048,576"),
+    ({"n_layers": 256, "d_model": 4096}, r"about 4.\d+e\+10 parameters, more than the 1,073,741,824"),
+])
+def test_sizes_beyond_the_limits_are_refused_naming_the_limit(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        ModelConfig.from_preset("tra", "tiny", **overrides)
+
+
+def test_the_parameter_estimate_bounds_the_models_built():
+    for name in MODEL_NAMES:
+        cfg = ModelConfig.from_preset(name, "tiny", n_heads=4, n_ctx=128, linear_bias=True)
+        assert sum(p.numel() for p in build_model(cfg).parameters()) <= cfg.approx_parameters(), name
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"seq_len": 10**11}, r"16 sequences per batch \(batch_size\) of 100,000,000,000 tokens .* more than the "
+                          r"268,435,456"),
+    ({"batch_size": 10**9}, r"1,000,000,000 sequences per batch \(batch_size\) of 512 tokens"),
+])
+def test_a_training_batch_beyond_the_limit_is_refused_before_training(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**overrides)
+
+
+def test_draws_beyond_the_limit_are_refused_before_numpy_allocates():
+    from interp.tasks import sample_ffl
+
+    with pytest.raises(ValueError, match=r"more than the 268,435,456 \(interp.tasks.MAX_TOKENS\)"):
+        sample_ffl(10**6, 10**6)
+
+
+# --- The Python API: empty or impossible inputs get a clear error, not a library's own.
+
+def test_sparsity_of_no_maps_says_what_it_needs():
+    from interp.metrics import sparsity
+
+    for empty in ({}, []):
+        with pytest.raises(ValueError, match=r"no attention maps given .* pass \{layer: \[batch, head"):
+            sparsity(empty)
+
+
+def test_read_table_refuses_ids_outside_the_vocabulary_instead_of_dropping_reads():
+    import numpy as np
+
+    from interp.metrics import read_table
+    from interp.tasks import load_split
+
+    tokens = load_split("iid", 2).astype(np.int64)
+    assert len(read_table(tokens, tokens[:, 1:])) > 0
+    tokens[1, 7] = 9
+    with pytest.raises(ValueError, match="id 9 at sequence 1, position 7 is not in the flip-flop vocabulary 0..4"):
+        read_table(tokens, tokens[:, 1:])
+
+
+def test_evaluating_sequences_beyond_the_length_limit_is_refused_at_once():
+    import numpy as np
+
+    from interp.evaluate import MAX_SEQ_LEN, evaluate_tokens
+
+    tokens = np.zeros((1, MAX_SEQ_LEN + 2), dtype=np.uint8)
+    model = build_model(ModelConfig.from_preset("nope", "tiny"))
+    with pytest.raises(ValueError, match=r"sequences of 16,386 tokens are longer than the 16,384"):
+        evaluate_tokens(model, tokens, "long.jsonl")
+
+
+def test_a_jsonl_file_with_a_byte_order_mark_reads(tmp_path):
+    from interp.tasks import read_sequences
+
+    path = tmp_path / "bom.jsonl"
+    path.write_text('{"text": "w1r1"}\n{"text": "w0r0"}\n', encoding="utf-8-sig")
+    assert path.read_bytes()[:3] == b"\xef\xbb\xbf"
+    assert read_sequences(path).tolist() == [[0, 4, 1, 4], [0, 3, 1, 3]]

@@ -3,8 +3,9 @@
 Errors are handled in one place, :func:`main`: a failure the user can fix (a ``ValueError``
 such as ``CheckpointError`` or ``FlipFlopFormatError``, an ``OSError`` on a path, a
 ``RuntimeError`` such as a diverged run) prints one line, ``glitchlens COMMAND: error: ...``,
-and exits with status 2, as argparse does for bad arguments. Anything else is a bug and keeps
-its traceback.
+and exits with status 2, as argparse does for bad arguments. Ctrl-C, wherever it lands
+(imports, loading, evaluation), prints ``glitchlens COMMAND: interrupted`` and exits with status
+130. Anything else is a bug and keeps its traceback.
 
 The parser (``interp.cli.parser``) and the ``cmd_*`` behind each subcommand
 (``interp.cli.commands``) import neither torch nor anything that does, so that ``--help``
@@ -31,23 +32,38 @@ def _message(err: BaseException) -> str:
     return " ".join(text.split())
 
 
+def _close_progress_bars() -> None:
+    """Close the progress bars an interrupt left open (clearing those that do not stay), so that
+    the message starts a line of its own."""
+    if "tqdm" in sys.modules:
+        from tqdm import tqdm
+
+        for bar in list(getattr(tqdm, "_instances", ())):
+            bar.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
-    args.argv = argv
-    if args.command != "pretrained" or args.action == "build":  # the listing reads JSON: no torch, at once
-        from interp.train import reuse_freed_memory
-
-        reuse_freed_memory()
-
+    command = "glitchlens"
     try:
+        args = build_parser().parse_args(argv)
+        command = f"glitchlens {args.command}"
+        args.argv = argv
+        if args.command != "pretrained" or args.action == "build":  # the listing reads JSON: no torch, at once
+            from interp.train import reuse_freed_memory
+
+            reuse_freed_memory()
         return args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C anywhere, imports included (the commands that save say what they kept)
+        _close_progress_bars()
+        print(f"{command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader of our output left (`glitchlens pretrained --json | head`): stop quietly,
         # and point stdout at /dev/null so that the interpreter's final flush cannot fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except (ValueError, OSError, RuntimeError) as err:  # RuntimeError: TrainingDiverged, torch's own
-        print(f"glitchlens {args.command}: error: {_message(err)}", file=sys.stderr)
+        print(f"{command}: error: {_message(err)}", file=sys.stderr)
         return 2
 

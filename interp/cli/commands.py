@@ -36,6 +36,8 @@ def _model_overrides(args) -> dict:
 def cmd_data(args) -> int:
     from interp.tasks import SPLITS, TRAIN_P_I, load_split, sample_ffl, write_sequences
 
+    if Path(args.out).exists() and not args.overwrite:
+        raise ValueError(f"--out {args.out} exists; pass --overwrite to replace it")
     if args.split == "train":
         tokens = sample_ffl(args.n or 1000, args.seq_len, TRAIN_P_I, args.seed)
     elif args.seed is None:
@@ -200,6 +202,10 @@ def cmd_hunt(args) -> int:
     checkpoint = checkpoint_dir(args.checkpoint)
     if checkpoint_task(read_config(checkpoint)) == "automaton":
         raise ValueError(f"{args.checkpoint} was trained on the automaton task; hunt searches flip-flop sequences")
+    if args.out:
+        from interp.outputs import writable_dir
+
+        writable_dir(args.out)
     model = load(checkpoint, device=args.device)
     result = hunt(model, budget=args.budget, seq_len=args.seq_len, max_len=args.max_len, p_i=args.p_i,
                   population=args.population, seed=args.seed, progress=not args.quiet)
@@ -249,6 +255,8 @@ def cmd_pretrained(args) -> int:
     from interp.specimens import specimen
     from models.pretrained import ENTRIES
 
+    if args.action == "list" and not Path(args.root).is_dir():
+        raise ValueError(f"--root {args.root}: no such directory of pretrained entries")
     if args.action == "build":
         from interp.train import TrainingInterrupted
 
@@ -337,6 +345,8 @@ def _sequences_right(accuracy: dict) -> str:
 def cmd_figures(args) -> int:
     from interp.figures import make_figures
 
+    if args.table1 is not None and not Path(args.table1).is_file():
+        raise ValueError(f"--table1 {args.table1}: no such file (write one with `glitchlens reproduce table1`)")
     written = make_figures(args.out, args.only, table1_csv=args.table1)
     print(f"wrote {len(written)} figures (PNG, HTML, CSV each) to {args.out}; captions in "
           f"{Path(args.out) / 'captions.json'}, all of them in {Path(args.out) / 'index.md'}")

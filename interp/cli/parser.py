@@ -31,6 +31,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def output_path(text: str) -> str:
+    """argparse type of every --out: a name, never the empty string (which would write into the
+    current directory unasked)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; name a file or directory (\".\" for the current one)")
+    return text
+
+
 def _clip_norm(text: str) -> float | str:
     return "none" if text.lower() == "none" else float(text)
 
@@ -62,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None,
                    help="sampling seed (default: the canonical split's own; train: a fresh random one)")
     p.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
-    p.add_argument("--out", required=True, help="file to write; .jsonl or .parquet")
+    p.add_argument("--out", type=output_path, required=True, help="file to write; .jsonl or .parquet")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists (without it, that is an error)")
     p.set_defaults(func=cmd_data)
 
     p = command("train", "train a model on a flip-flop task and save a checkpoint")
@@ -72,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sizes (layers x heads, d_model): " + "; ".join(
                        f"{name} {size['n_layers']} x {size['n_heads']}, {size['d_model']}"
                        for name, size in PRESETS.items()))
-    p.add_argument("--out", required=True, help="checkpoint directory")
+    p.add_argument("--out", type=output_path, required=True, help="checkpoint directory")
     p.add_argument("--steps", type=int, default=1000, help="optimiser steps")
     p.add_argument("--batch-size", type=int, default=16, help="sequences per step")
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (linear warm-up, then cosine decay)")
@@ -164,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("diagnose", "evaluate a checkpoint, measure its attention, write a self-contained report")
     p.add_argument("checkpoint", help=checkpoint_help)
-    p.add_argument("--out", required=True, help="directory for report.html, metrics.json/.csv, glitches.csv, PNGs")
+    p.add_argument("--out", type=output_path, required=True,
+                   help="directory for report.html, metrics.json/.csv, glitches.csv, PNGs")
     p.add_argument("-n", "--n", type=positive_int, default=None, help="first n sequences of each split (default: 32)")
     p.add_argument("--lengths", type=positive_int, nargs="+", default=None,
                    help="context lengths to measure attention at (default: 128 256 512 1024 2048)")
@@ -188,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="at most this many (clean, corrupt) pairs of each kind: correct reads with their write's bit "
                         "flipped, and glitches with the edit that the model reads right; each patching run is a "
                         "forward pass of this many sequences, so the time grows with it")
-    p.add_argument("--out", required=True, help="directory for report.md, explain.json, CSVs and PNGs")
+    p.add_argument("--out", type=output_path, required=True,
+                   help="directory for report.md, explain.json, CSVs and PNGs")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
     p.set_defaults(func=cmd_explain)
@@ -210,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--population", type=positive_int, default=32,
                    help="sequences the search keeps, and children it scores per generation")
     p.add_argument("--seed", type=int, default=0, help="fixes the samples and the edits")
-    p.add_argument("--out", default=None, metavar="DIR",
+    p.add_argument("--out", type=output_path, default=None, metavar="DIR",
                    help="write hunt.json and the failing sequences, one .jsonl per method and length, for "
                         "`glitchlens eval CKPT --data FILE`")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
@@ -239,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the runs as tasks on a Ray cluster (the ray extra): auto, host:6379, "
                         "ray://host:10001, or local to start one here; --out must be on a filesystem every node "
                         "shares (docs/guide.md \"Sweeps on Ray\")")
-    p.add_argument("--out", required=True, help="directory for the runs and the report")
+    p.add_argument("--out", type=output_path, required=True, help="directory for the runs and the report")
     p.add_argument("--report-only", action="store_true",
                    help="table1, app-a: write the table from the runs that have finished, training nothing")
     p.add_argument("--quiet", action="store_true",
@@ -265,7 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_pretrained)
 
     p = command("figures", "reproduce the papers' mechanistic figures on the pretrained models")
-    p.add_argument("--out", required=True, help="directory for the PNG/HTML/CSV files, captions.json and index.md")
+    p.add_argument("--out", type=output_path, required=True,
+                   help="directory for the PNG/HTML/CSV files, captions.json and index.md")
     p.add_argument("--only", nargs="+", metavar="NAME", default=None,
                    help="draw only these figures (names in interp.figures.FIGURE_NAMES, e.g. tra_vs_fot drift)")
     p.add_argument("--table1", default=None, metavar="CSV",
@@ -277,13 +289,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what to time (docs/cpu-path-and-kernels.md \"Benchmarks\")")
     p.add_argument("checkpoint", nargs="?", help="bench tiles: a trained checkpoint directory")
     p.add_argument("--repeats", type=positive_int, default=3, help="timed runs of each measurement; the best counts")
-    p.add_argument("--out", default=None, metavar="CSV",
+    p.add_argument("--out", type=output_path, default=None, metavar="CSV",
                    help="bench kernels: append the rows here, and skip the (kernel, T) pairs it already holds")
     p.add_argument("--budget-s", type=float, default=float("inf"),
                    help="bench kernels: start no new (kernel, T) pair after this many seconds (resume with --out)")
-    p.add_argument("--seq-lens", type=int, nargs="+", default=None,
+    p.add_argument("--seq-lens", type=positive_int, nargs="+", default=None,
                    help="bench kernels: sequence lengths T (default: 512 ... 16384)")
-    p.add_argument("--tokens", type=int, default=16384, help="bench kernels: tokens per batch (batch = tokens / T)")
+    p.add_argument("--tokens", type=positive_int, default=16384,
+                   help="bench kernels: tokens per batch (batch = tokens / T)")
     p.add_argument("--d-head", type=int, default=64, help="bench kernels: head dim")
     p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16",
                    help="bench kernels: element type (float32 on the CPU only: SDPA's flash backend on CUDA needs "

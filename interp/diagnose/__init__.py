@@ -30,13 +30,14 @@ Choices:
 - Error rate by dependency length uses the token distance from the read to its last write,
   in power-of-two bins (lower edge reported).
 
-Files written to ``out_dir``: ``report.html`` (one file, plotly.js inline once, opens
-offline), ``metrics.json``, ``metrics.csv`` (the tidy frame of :mod:`interp.metrics`:
-columns ``layer, head, metric, value, map, seq_len`` plus metric-specific ones; rows with
-a ``query_pos`` are the dispersion curve at the probe length, mean over heads; rows with a
-``split`` are the error rates by dependency length), ``glitches.csv`` (one row per wrong
-read: ``split, seq, position, write_pos, dependency_length, ignores_since, n_writes,
-true_bit, pred_bit``) and PNGs of the key plots.
+Files written to ``out_dir``: ``report.html`` (one file of about 2.5 MB that opens offline
+and fits a window 1400 px wide: :mod:`interp.diagnose.report`), ``metrics.json``,
+``metrics.csv`` (the tidy frame of :mod:`interp.metrics`: columns ``layer, head, metric,
+value, map, seq_len`` plus metric-specific ones; rows with a ``query_pos`` are the dispersion
+curve at the probe length, mean over heads; rows with a ``split`` are the error rates by
+dependency length), ``glitches.csv`` (one row per wrong read: ``split, seq, position,
+write_pos, dependency_length, ignores_since, n_writes, true_bit, pred_bit``) and PNGs of the
+key plots.
 
 The modules: ``run`` (the evaluation's error rates and the attention runs), ``summary`` (what
 metrics.json and metrics.csv hold, every field documented there, and the printed table),
@@ -56,10 +57,11 @@ from tqdm.auto import tqdm
 
 from interp.diagnose.report import Figures, render_html
 from interp.diagnose.run import LengthRun, attention_hooks, errors_by_dependency, run_lengths
-from interp.diagnose.sections import report_sections
+from interp.diagnose.sections import report_sections, specimen_name
 from interp.diagnose.summary import ATTENTION_FIELDS, FIELDS, Diagnosis, attention_fields, plain, tidy_frame
 from interp.evaluate import BATCH_SIZE, checkpoint_task, evaluate_reads
 from interp.metrics import DEFAULT_LENGTHS
+from interp.outputs import writable_dir
 
 
 def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse", "dense"), n: int | None = 32,
@@ -76,6 +78,7 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
     if checkpoint_task(read_config(checkpoint_path)) == "automaton":
         raise ValueError(f"{checkpoint_path} was trained on the automaton task; diagnose reads flip-flop splits. "
                          f"`glitchlens eval {checkpoint_path}` scores it on automaton sequences")
+    out_dir = writable_dir(out_dir)  # before minutes of work, not after
     settings = {"splits": list(splits), "n": n, "lengths": list(lengths), "n_cache_sequences": n_cache_sequences,
                 "sink_keys": list(sink_keys), "sink_eps": sink_threshold, "heatmap_tokens": heatmap_tokens,
                 "batch_size": batch_size, "device": device}
@@ -109,7 +112,6 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
     runs, probe_length, skipped_lengths = (run_lengths(model, layers, names, lengths, n_cache_sequences, sink_keys,
                                                        bar) if layers else ({}, None, {}))
     lap("attention", "computing the metrics", steps=0)
-
     probe = runs.get(probe_length)
     frame = tidy_frame(runs, probe_length, rates)
     metrics = {
@@ -142,7 +144,8 @@ def write_outputs(out_dir: Path, metrics: dict, frame: pd.DataFrame, glitches: p
     the caller, included) in ``metrics["files"]``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
-    sections = report_sections(metrics, frame, glitches, rates, probe, Figures(out_dir, files))
+    figures = Figures(out_dir, files)
+    sections = report_sections(metrics, frame, glitches, rates, probe, figures)
     files |= {"metrics_csv": out_dir / "metrics.csv", "glitches_csv": out_dir / "glitches.csv",
               "report": out_dir / "report.html", "metrics_json": out_dir / "metrics.json"}
     frame.to_csv(files["metrics_csv"], index=False)
@@ -155,5 +158,6 @@ def write_outputs(out_dir: Path, metrics: dict, frame: pd.DataFrame, glitches: p
             f"evaluated on the first {settings['n']} sequences of each split; attention measured on "
             f"{settings['n_cache_sequences']} FFL(0.8) sequences per length; files: "
             + ", ".join(sorted(metrics["files"].values()))]
-    files["report"].write_text(render_html(f"GlitchLens diagnosis: {metrics['model']}", meta, sections))
+    title = f"GlitchLens diagnosis: {specimen_name(metrics)} ({metrics['model']})"
+    files["report"].write_text(render_html(title, meta, sections, figures.specs))
     return files

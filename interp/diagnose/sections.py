@@ -4,13 +4,20 @@ and figures)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from interp import plots
-from interp.diagnose.report import Figures, Section, table_html
+from interp.diagnose.report import Figures, Section, fitted_ticks, table_html
 from interp.diagnose.run import LengthRun
 from interp.diagnose.summary import metric_rows
 from interp.metrics import survivor_growth
+
+
+def specimen_name(metrics: dict) -> str:
+    """The name a report goes by: its checkpoint directory's (``tda-mech``)."""
+    return Path(metrics["checkpoint"]).resolve().name
 
 
 def report_sections(metrics: dict, frame: pd.DataFrame, glitches: pd.DataFrame, rates: pd.DataFrame,
@@ -46,8 +53,8 @@ def heatmap_sections(metrics: dict, probe: LengthRun, figures: Figures) -> list[
     final = {f"H{h} {name}": a[seq, h] for h in range(n_heads) for name, a in probe.maps[last_layer].items()}
     # One column per map when there are views (each map on its own scale, shared by the heads), else the heads.
     ncols, shared = (len(metrics["maps"]), "columns") if len(metrics["maps"]) > 1 else (min(n_heads, 2), True)
-    all_layers = plots.attention_grid({layer: maps["pattern"] for layer, maps in probe.maps.items()}, tokens, seq=seq,
-                                      window=window, wrong=wrong, max_ticks=16, backend="matplotlib")
+    patterns = {layer: maps["pattern"] for layer, maps in probe.maps.items()}
+    shown = window[1] - window[0]
     return [
         Section(
             f"Final-layer attention, one sequence (T={T})",
@@ -57,13 +64,16 @@ def heatmap_sections(metrics: dict, probe: LengthRun, figures: Figures) -> list[
             "recent write) is outlined in cyan, or red when the read was wrong. Exact zeros are black, future keys "
             "grey; signed maps use a diverging scale. Hover for the tokens and the value.",
             [figures(lambda b: plots.heatmap_grid(final, tokens, wrong=wrong, window=window, ncols=ncols,
-                                                  shared_scale=shared, backend=b),
+                                                  shared_scale=shared, backend=b,
+                                                  max_ticks=fitted_ticks(len(final), ncols, shown, shared)),
                      "attention_final_layer.png")]),
         Section(
-            "All layers and heads (static)",
+            "All layers and heads",
             "The pattern of every layer (rows) and head (columns) on the same sequence and window, on one colour "
-            "scale (an embedded PNG: a grid this size is too heavy to keep interactive).",
-            [plots.to_html(all_layers)]),
+            "scale.",
+            [figures(lambda b: plots.attention_grid(patterns, tokens, seq=seq, window=window, wrong=wrong,
+                                                    max_ticks=fitted_ticks(len(patterns) * n_heads, n_heads, shown,
+                                                                           True), backend=b))]),
     ]
 
 
@@ -72,6 +82,7 @@ def metric_sections(metrics: dict, frame: pd.DataFrame, figures: Figures) -> lis
     T = metrics["lengths"]["probe"]
     at_probe = frame[frame.seq_len == T]
     key, eps = metrics["settings"]["sink_keys"][0], metrics["settings"]["sink_eps"]
+    name = specimen_name(metrics)
     sinks = pd.DataFrame([{"T": int(t), **{f"gSinkRatio({k})": v for k, v in keys.items()},
                            **{f"Sink^{eps}({k})": v for k, v in metrics["sink_eps"][t].items()}}
                           for t, keys in metrics["gsink_ratio"].items()])
@@ -96,7 +107,8 @@ def metric_sections(metrics: dict, frame: pd.DataFrame, figures: Figures) -> lis
             "averaged over layers and heads (TDA paper Sec. 3). 1 = no sink; a sink grows with the context. "
             f"Sink^eps: the fraction of heads whose mean mass on key k exceeds eps = {eps}. Keys are 0-indexed "
             "(the paper's gSinkRatio(1) is key 0).",
-            [figures(lambda b: plots.sink_ratio_chart(metric_rows(frame, "gsink_ratio"), key_pos=key, backend=b),
+            [figures(lambda b: plots.sink_ratio_chart(metric_rows(frame, "gsink_ratio").assign(model=name),
+                                                      key_pos=key, backend=b),
                      "sink_ratio.png"), table_html(sinks)]),
         Section(
             f"Effective entropy and dispersion (T={T})",

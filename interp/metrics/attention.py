@@ -57,6 +57,9 @@ def by_layer(maps: Maps) -> dict[int, torch.Tensor]:
         maps = {0: maps}
     elif not isinstance(maps, Mapping):
         maps = dict(enumerate(maps))
+    if not maps:
+        raise ValueError("no attention maps given (an empty dict or list); pass {layer: [batch, head, query_pos, "
+                         "key_pos]}, e.g. cache_maps(cache)")
     layers = {}
     for layer, a in maps.items():
         a = torch.as_tensor(a).detach()

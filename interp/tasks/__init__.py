@@ -7,8 +7,8 @@ from interp.tasks.automaton import (
     BOTTOM, D_VOCAB_AUTOMATON, SIGMA_0, SIGMA_1, automaton_states, sample_automaton,
 )
 from interp.tasks.flipflop import (
-    CANONICAL_SEQ_LEN, D_VOCAB, TRAIN_P_I, IGNORE, ONE, READ, SPLITS, VOCAB, WRITE, ZERO, Split,
-    count_reads, held_out, instruction_probs, last_write_positions, load_split, read_mask,
+    CANONICAL_SEQ_LEN, D_VOCAB, MAX_TOKENS, TRAIN_P_I, IGNORE, ONE, READ, SPLITS, VOCAB, WRITE, ZERO, Split,
+    check_draw_size, count_reads, held_out, instruction_probs, last_write_positions, load_split, read_mask,
     sample_ffl, sample_mixture, train_batch,
 )
 from interp.tasks.text import (

@@ -17,6 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 
 WRITE, READ, IGNORE, ZERO, ONE = 0, 1, 2, 3, 4
+# The most tokens one draw holds (n x seq_len; 256 MiB as uint8, with 768 MiB of temporaries), so
+# that a mistyped size is refused with its limit instead of failing in numpy's allocator. The
+# 10^5-sequence sparse split is 5.1 x 10^7 tokens.
+MAX_TOKENS = 1 << 28
 VOCAB = ("w", "r", "i", "0", "1")
 D_VOCAB = len(VOCAB)
 
@@ -45,6 +49,7 @@ def sample_ffl(
     """
     if seq_len < 4 or seq_len % 2:
         raise ValueError(f"seq_len must be an even number >= 4, got {seq_len}")
+    check_draw_size(n, seq_len)
     rng = np.random.default_rng(rng)
     pairs = seq_len // 2
     p_w = ((1.0 - np.broadcast_to(np.asarray(p_i, dtype=np.float64), (n,))) / 2)[:, None]
@@ -69,6 +74,13 @@ def sample_ffl(
     tokens[:, 0::2] = instr
     tokens[:, 1::2] = bits + ZERO
     return tokens
+
+
+def check_draw_size(n: int, seq_len: int, what: str = "sequences") -> None:
+    """Refuse ``n`` sequences of ``seq_len`` tokens when they exceed :data:`MAX_TOKENS`."""
+    if n * seq_len > MAX_TOKENS:
+        raise ValueError(f"{n:,} {what} of {seq_len:,} tokens are {n * seq_len:,} tokens, more than the "
+                         f"{MAX_TOKENS:,} (interp.tasks.MAX_TOKENS) one draw holds: ask for fewer or shorter ones")
 
 
 def sample_mixture(

@@ -194,7 +194,7 @@ def read_sequences(path: str | os.PathLike) -> np.ndarray:
         raise ValueError(f"{path} is a directory; give a .jsonl or .parquet file")
     if path.suffix == ".jsonl":
         texts, lines = [], []
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # a byte-order mark, as some editors write, is fine
             try:
                 for lineno, line in enumerate(f, 1):
                     if not line.strip():
