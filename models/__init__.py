@@ -1,4 +1,5 @@
 """What a model is: configs, the hooked backbone, attention mechanisms, checkpoints.
+``register_mechanism`` makes an attention class of one's own a model (``models.mechanisms``).
 
 ``models`` never imports ``interp``. The configuration loads without torch; the checkpoint
 functions, ``load_pretrained`` and the submodules that need torch are imported on first
@@ -15,9 +16,10 @@ MODEL_NAMES = tuple(MODEL_FAMILIES)
 _DEFINED_IN = {name: module for module, names in {
     "models.checkpoint": ("CheckpointError", "build_model", "load", "read_config", "save"),
     "models.pretrained": ("load_pretrained",),
+    "models.mechanisms": ("register_mechanism",),
 }.items() for name in names}
 # reachable as ``models.X`` after a bare ``import models`` (``models.pretrained.info(...)``)
-_SUBMODULES = ("checkpoint", "pretrained")
+_SUBMODULES = ("checkpoint", "mechanisms", "pretrained")
 
 __all__ = ["MODEL_FAMILIES", "MODEL_NAMES", "PRESETS", "ModelConfig", *_DEFINED_IN]
 

@@ -17,6 +17,10 @@ training log, notes, a report) is moved or deleted. One writer per directory at 
      "files": {"model": "model.<tag>.safetensors", "training_state": "training_state.<tag>.safetensors"},
      "model": {...ModelConfig...}, "training": {...} | null, "metadata": {...}}
 
+and, for a mechanism of one's own (``models.mechanisms``), ``"mechanism": {"name": ..., "class":
+"MODULE:CLASS"}``: reading the tensors where that name is not registered is an error saying how
+to register it; the class is never imported from here.
+
 Each tensor file of version 3 records, in its safetensors header (``__metadata__``), what wrote
 it: ``role`` (``model`` or ``training_state``), ``architecture`` (the model name and every
 config field that shapes the network, as JSON) and ``sha256``, a digest of its tensors (names,
@@ -50,6 +54,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as dump_safetensors
 
 from models.config import ModelConfig
+from models.mechanisms import checkpoint_record, find_mechanism, missing_from_checkpoint
 
 FORMAT = "glitchlens-checkpoint"
 FORMAT_VERSION = 3
@@ -156,6 +161,9 @@ def save(
         "training": training,
         "metadata": metadata or {},
     }
+    mechanism = checkpoint_record(model.cfg.attention)
+    if mechanism is not None:
+        config["mechanism"] = mechanism
     tmp_config = path / f".{CONFIG_FILE}.{tag}.tmp"
     written = [path / name for name in files.values()] + [tmp_config]
     try:
@@ -312,6 +320,9 @@ def read_checkpoint(path: str | os.PathLike, role: str = MODEL) -> tuple[dict[st
     path = Path(path)
     for _ in range(_READ_ATTEMPTS):
         config = read_config(path)
+        record = config.get("mechanism")
+        if isinstance(record, dict) and not find_mechanism(str(record.get("name"))):
+            raise CheckpointError(f"{path}: {missing_from_checkpoint(record)}")
         name = tensor_files(config).get(role)
         if name is None:
             raise CheckpointError(f"{path}: this checkpoint has no {role.replace('_', ' ')} "

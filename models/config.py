@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # name -> (attention mechanism in models.attention.REGISTRY, residual position embedding,
-#          default attention options). ``lstm`` has no attention.
+#          default attention options). ``lstm`` has no attention. A mechanism of one's own adds
+#          its name here when it is registered (models.mechanisms).
 MODEL_FAMILIES: dict[str, tuple[str | None, str, dict[str, Any]]] = {
     "nope": ("softmax", "none", {}),
     "ape": ("softmax", "learned", {}),
@@ -102,7 +103,10 @@ class ModelConfig:
 
     def __post_init__(self):
         if self.model not in MODEL_FAMILIES:
-            raise ValueError(f"unknown model {self.model!r}; choose one of {', '.join(MODEL_FAMILIES)}")
+            from models import mechanisms  # a mechanism of one's own, registered or to be found (torch then)
+
+            if not isinstance(self.model, str) or not mechanisms.find_mechanism(self.model):
+                raise ValueError(mechanisms.unknown_model(self.model))
         for name in ("n_layers", "n_heads", "d_model", "d_vocab", "n_ctx", "label_range", "lstm_hidden"):
             check_int(name, getattr(self, name), maximum=MAX_SIZES[name])
         if self.d_mlp is not None:

@@ -19,7 +19,7 @@ CHECK_SOURCE = "import sys; print(sys.prefix)"
 
 
 def test_notebooks_exist():
-    assert len(NOTEBOOKS) >= 7, f"expected the seven notebooks in notebooks/, found {[p.name for p in NOTEBOOKS]}"
+    assert len(NOTEBOOKS) >= 8, f"expected the eight notebooks in notebooks/, found {[p.name for p in NOTEBOOKS]}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

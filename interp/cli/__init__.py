@@ -32,6 +32,21 @@ def _message(err: BaseException) -> str:
     return " ".join(text.split())
 
 
+def _register_mechanisms(argv: list[str]) -> None:
+    """Register the attention mechanisms of one's own that ``GLITCHLENS_MECHANISMS`` and each
+    ``--mechanism SPEC`` name, before the parser lists the model names. ``--mechanism`` adds its
+    spec to the environment variable, so that the processes the command starts (the runs of a
+    sweep) register it too (``models.mechanisms``)."""
+    from models import mechanisms
+
+    for i, arg in enumerate(argv):
+        if arg == "--mechanism" and i + 1 < len(argv):
+            mechanisms.export(argv[i + 1])
+        elif arg.startswith("--mechanism="):
+            mechanisms.export(arg.split("=", 1)[1])
+    mechanisms.load_environment()
+
+
 def _close_progress_bars() -> None:
     """Close the progress bars an interrupt left open (clearing those that do not stay), so that
     the message starts a line of its own."""
@@ -46,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = "glitchlens"
     try:
+        _register_mechanisms(argv)
         args = build_parser().parse_args(argv)
         command = f"glitchlens {args.command}"
         args.argv = argv

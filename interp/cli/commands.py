@@ -357,3 +357,31 @@ def cmd_bench(args) -> int:
     from interp import bench
 
     return bench.run(args.what, args)
+
+
+def cmd_check_mechanism(args) -> int:
+    from interp.conformance import check_mechanism
+    from models import mechanisms
+
+    name = mechanisms.load_spec(args.mechanism) if ":" in args.mechanism else args.mechanism
+    if not mechanisms.find_mechanism(name):
+        raise ValueError(mechanisms.unknown_model(name))
+    report = check_mechanism(name, args.device)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return 0 if report.passed else 1
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"{name} ({report.source}) on {report.device}: conformance")
+    for col in ("check", "result", "measured"):
+        table.add_column(col)
+    for check in report.checks:
+        table.add_row(check.name, "[green]PASS[/]" if check.passed else "[bold red]FAIL[/]", escape(check.detail))
+    console = Console()
+    console.print(table)
+    failed = [check.name for check in report.checks if not check.passed]
+    console.print(f"{len(report.checks) - len(failed)} of {len(report.checks)} checks passed"
+                  + (f"; failed: {', '.join(failed)}" if failed else ""), highlight=False)
+    return 1 if failed else 0

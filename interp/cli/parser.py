@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from interp.cli.commands import (cmd_bench, cmd_data, cmd_diagnose, cmd_eval, cmd_explain, cmd_figures, cmd_hunt,
-                                 cmd_pretrained, cmd_reproduce, cmd_train)
+from interp.cli.commands import (cmd_bench, cmd_check_mechanism, cmd_data, cmd_diagnose, cmd_eval, cmd_explain,
+                                 cmd_figures, cmd_hunt, cmd_pretrained, cmd_reproduce, cmd_train)
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -45,7 +45,8 @@ def _clip_norm(text: str) -> float | str:
 
 def build_parser() -> argparse.ArgumentParser:
     from interp.recipes import DEFAULT_RECIPE, RECIPES
-    from models import MODEL_NAMES, PRESETS
+    from models import PRESETS
+    from models.mechanisms import model_names
     from models.config import ATTENTION_IMPLS, INIT_SCHEMES, NORM_PLACEMENTS
     from models.pretrained import ENTRIES, PRETRAINED_DIR
 
@@ -57,7 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
                                 help="one of these; `glitchlens COMMAND --help` lists its options")
 
     def command(name: str, summary: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=summary, description=summary, formatter_class=HelpFormatter)
+        p = sub.add_parser(name, help=summary, description=summary, formatter_class=HelpFormatter)
+        p.add_argument("--mechanism", action="append", metavar="[NAME=]MODULE:CLASS",
+                       help="import an attention mechanism of your own and register it as the model NAME (default: "
+                            "the class name, lower-case, less 'Attention'), here and in the processes this command "
+                            "starts; repeatable (docs/guide.md \"Your own mechanism\")")
+        return p
 
     checkpoint_help = (f"checkpoint directory, or the name of a pretrained model ({', '.join(ENTRIES)}; "
                        "`glitchlens pretrained list`); a path that exists wins over a name")
@@ -75,8 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_data)
 
     p = command("train", "train a model on a flip-flop task and save a checkpoint")
-    p.add_argument("--model", choices=MODEL_NAMES, required=True,
-                   help="architecture: attention mechanism and position embedding (models/config.py)")
+    p.add_argument("--model", choices=model_names(), required=True,
+                   help="architecture: attention mechanism and position embedding (models/config.py), or a "
+                        "mechanism of your own (--mechanism)")
     p.add_argument("--preset", choices=list(PRESETS), default="tiny",
                    help="sizes (layers x heads, d_model): " + "; ".join(
                        f"{name} {size['n_layers']} x {size['n_heads']}, {size['d_model']}"
@@ -306,6 +313,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=positive_int, default=1024, help="bench eval: first n sequences of the sparse split")
     p.add_argument("--no-baseline", action="store_true", help="bench eval: skip the previous evaluation loop")
     p.set_defaults(func=cmd_bench)
+
+    p = command("check-mechanism", "check that an attention mechanism keeps the contract every tool relies on "
+                                   "(causality of outputs and gradients, hooks, determinism, gradients, half "
+                                   "precision, T = 0 and 1, longer inputs, fast paths) and print the measurements; "
+                                   "exit status 1 if a check fails")
+    p.add_argument("mechanism", metavar="MODULE:CLASS",
+                   help="the class to check ([NAME=]MODULE:CLASS, imported and registered), or the name of a registered "
+                        "mechanism or model")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cuda (which also runs Triton kernels)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_check_mechanism)
     return parser
 
 

@@ -1,4 +1,5 @@
-"""Attention mechanisms, one file each, chosen by name from ``REGISTRY``."""
+"""Attention mechanisms, one file each, chosen by name from ``REGISTRY``; a mechanism of one's
+own joins them through ``models.register_mechanism`` (``models.mechanisms``)."""
 
 from models.attention import softmax  # noqa: F401  (each import registers its mechanisms)
 from models.attention import fot, tra  # noqa: F401

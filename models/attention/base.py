@@ -54,11 +54,13 @@ COMMON_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_attn_log
                 "hook_result")
 
 
-def register(name: str):
-    """Class decorator: make a mechanism available as ``cfg.attention == name``."""
+def register(name: str, replace: bool = False):
+    """Class decorator: make a mechanism available as ``cfg.attention == name`` (the built-in
+    ones; ``models.register_mechanism`` registers one's own, which may ``replace`` a class of
+    its name)."""
 
     def wrap(cls):
-        if name in REGISTRY:
+        if name in REGISTRY and not replace:
             raise ValueError(f"attention mechanism {name!r} registered twice")
         REGISTRY[name] = cls
         cls.registry_name = name
