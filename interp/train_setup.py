@@ -154,17 +154,12 @@ def beta_at(step: int, cfg: TrainConfig) -> float:
     return cfg.beta_final * min(1.0, max(0.0, rise))
 
 
-def threshold_betas(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """The beta of every threshold layer (trela, TDA) of ``model``."""
-    from models.attention.tda import ThresholdAttention
-
-    return [module.beta for module in model.modules() if isinstance(module, ThresholdAttention)]
-
-
 def freeze_betas(model: torch.nn.Module, cfg: TrainConfig) -> list[torch.nn.Parameter]:
     """With a ``ramp`` schedule, take every threshold layer's beta out of training (the schedule
     sets it, as the TDA authors' code keeps beta a fixed hyperparameter) and return them; an
     error for a model without a threshold layer. With ``learned``: nothing to freeze."""
+    from models.attention.tda import threshold_betas
+
     if cfg.beta_schedule == "learned":
         return []
     betas = threshold_betas(model)

@@ -127,6 +127,12 @@ class ThresholdAttention(Attention):
         return rms_normalise(z, OUTPUT_NORM_EPS)
 
 
+def threshold_betas(model: nn.Module) -> list[nn.Parameter]:
+    """The beta of every threshold layer (trela, TDA) of ``model``, layer 0 first; empty for
+    a model without one."""
+    return [module.beta for module in model.modules() if isinstance(module, ThresholdAttention)]
+
+
 @register("trela")
 class TRelAAttention(ThresholdAttention):
     """Threshold Rectified Attention (TDA paper Sec. 4.1; the TDA paper calls it "TRA")."""
