@@ -31,7 +31,7 @@ demo: setup
 	$(BIN)/glitchlens diagnose $(DEMO)/fot-tiny --out $(DEMO)/fot-tiny/report
 
 test: setup
-	$(BIN)/python -m pytest -ra -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/python -m pytest -ra -n $(TEST_WORKERS) --dist worksteal --durations=30
 
 notebooks: setup
 	$(BIN)/python -m interp.notebooks

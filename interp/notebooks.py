@@ -20,6 +20,7 @@ changes the order of float32 sums, and with it the last printed digit (``7.339e-
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import sys
@@ -123,13 +124,25 @@ def output_differences(committed: nbformat.NotebookNode, fresh: nbformat.Noteboo
             continue
         for k, (a, b) in enumerate(zip(was, now), 1):
             if not outputs_agree(a, b):
-                differences.append(f"code cell {n}, output {k}: committed {_describe(a)}, now {_describe(b)}")
+                differences.append(f"code cell {n}, output {k}: {_first_difference(a, b)}")
     return differences
 
 
-def _describe(output: tuple, width: int = 300) -> str:
-    text = repr(output)
-    return text if len(text) <= width else text[:width] + "...)"
+def _first_difference(committed: tuple, fresh: tuple) -> str:
+    """Where two :func:`comparable` outputs part: the first printed line that does not agree, or
+    the whole outputs when their kinds differ."""
+    (kind, texts), (fresh_kind, fresh_texts) = committed, fresh
+    if kind == fresh_kind and len(texts) == len(fresh_texts):
+        for text, fresh_text in zip(texts, fresh_texts):
+            lines = itertools.zip_longest(text.splitlines(), fresh_text.splitlines(), fillvalue="")
+            for number, (line, fresh_line) in enumerate(lines, 1):
+                if not printed_agree(line, fresh_line):
+                    return f"line {number}: committed {_shortened(line.strip())!r}, now {_shortened(fresh_line.strip())!r}"
+    return f"committed {_shortened(repr(committed))}, now {_shortened(repr(fresh))}"
+
+
+def _shortened(text: str, width: int = 300) -> str:
+    return text if len(text) <= width else text[:width] + "..."
 
 
 def execution_problems(nb: nbformat.NotebookNode) -> list[str]:

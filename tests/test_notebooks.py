@@ -109,7 +109,9 @@ def test_comparison_reads_a_result_table_with_the_tolerance():
     fresh.cells[0].outputs[0].data["text/plain"] = COMMITTED_TABLE.replace("7.339e-05", "7.338e-05")
     assert notebooks.output_differences(committed, fresh) == []
     fresh.cells[0].outputs[0].data["text/plain"] = COMMITTED_TABLE.replace("0.173", "0.175")
-    assert len(notebooks.output_differences(committed, fresh)) == 1
+    assert notebooks.output_differences(committed, fresh) == [
+        "code cell 1, output 1: line 2: committed 'restored  7.339e-05 -0.004  0.173 -3.746e-04  1.011', "
+        "now 'restored  7.339e-05 -0.004  0.175 -3.746e-04  1.011'"]
 
 
 def test_execution_problems_catch_an_unexecuted_or_reordered_notebook():
