@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from transformer_lens.hook_points import HookPoint
 
 from models import ModelConfig, build_model
 from models.attention.base import COMMON_HOOKS
@@ -129,7 +130,8 @@ def _builds(cfg: ModelConfig) -> tuple[bool, str]:
     with torch.device("meta"):
         build_model(cfg)
     own = sum(p.numel() for p in model.blocks[0].attn.parameters())
-    return True, f"{cfg.n_layers} layers x {cfg.n_heads} heads, d_model {cfg.d_model}: {own} parameters per layer's attention"
+    return True, (f"{cfg.n_layers} layers x {cfg.n_heads} heads, d_model {cfg.d_model}: {own} parameters per "
+                  "layer's attention")
 
 
 def _inputs(model, seed: int) -> torch.Tensor:
@@ -197,7 +199,7 @@ def _hooks(model, tokens) -> tuple[bool, str]:
             elif tuple(cache[key].shape) != expected:
                 problems.append(f"{key} {list(cache[key].shape)}, expected {list(expected)}")
         for child, module in block.attn.named_modules():
-            if type(module).__name__ == "HookPoint" and not child.split(".")[-1].startswith("hook_"):
+            if isinstance(module, HookPoint) and not child.split(".")[-1].startswith("hook_"):
                 problems.append(f"blocks.{layer}.attn.{child} is a HookPoint not named hook_*")
         for name in block.attn.hook_points():
             if name in COMMON_HOOKS:

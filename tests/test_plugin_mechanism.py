@@ -4,7 +4,10 @@ registered in code, through ``GLITCHLENS_MECHANISMS`` or an entry point, checked
 checkpoints refused with a clear message where it is not registered."""
 
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -165,6 +168,9 @@ def test_check_mechanism_reports_a_class_that_does_not_build(capsys):
     assert "RuntimeError: no weights for you" in report.checks[0].detail
     assert main(["check-mechanism", "lstm"]) == 2
     assert "lstm is not an attention mechanism alone" in capsys.readouterr().err
+    assert main(["eval", "tra-mech", "--mechanism", "no_such_module:SigmoidAttention"]) == 2
+    assert "glitchlens: error: mechanism spec 'no_such_module:SigmoidAttention': cannot import no_such_module" in \
+        capsys.readouterr().err
 
 
 @pytest.mark.integration
@@ -201,3 +207,15 @@ def test_a_plugin_is_swept_in_fresh_processes_and_drawn(tmp_path, monkeypatch):
     assert main(["figures", "--only", "table1", "--table1", str(tmp_path / "table1.csv"), "--out",
                  str(tmp_path / "figures")]) == 0
     assert (tmp_path / "figures" / "11_table1_accuracy.png").exists()
+
+
+@pytest.mark.integration
+def test_a_fresh_command_finds_an_entry_point_by_its_name(tmp_path):
+    entry_point_package(tmp_path, "lazy", "lazy_mechanism_package")
+    tests = str(Path(__file__).parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), tests]), mechanisms.ENVIRONMENT_VARIABLE: ""}
+    result = subprocess.run([sys.executable, "-m", "interp.cli", "check-mechanism", "lazy", "--json"],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["class"] == "lazy_mechanism_package:LazyAttention" and report["passed"]
