@@ -15,7 +15,7 @@ import torch
 import models
 from interp import figures, plots
 from interp.cli import main
-from interp.figures import flipflop, make_figures, write_figure
+from interp.figures import anatomy, flipflop, make_figures, write_figure
 from interp.figures.common import read_rich_window
 from interp.figures.cope import figure_cope_gates
 from interp.figures.flipflop import (
@@ -27,7 +27,8 @@ from interp.figures.tda import (
 )
 from interp.figures.tra import figure_tra_vs_fot
 from interp.metrics import (
-    MissingHookError, automaton_write_attention, gaussian_tail, inhibition, mean_by_key_token, read_table,
+    MissingHookError, automaton_write_attention, capture_maps, gaussian_tail, inhibition, mean_by_key_token,
+    read_table,
 )
 from interp.reproduce import summarise_runs
 from interp.tasks import SPLITS, load_split, parse_sequence
@@ -66,7 +67,8 @@ def check_written(found: list, tmp_path, stems: list[str]) -> dict:
         assert f"<title>{html.escape(figure.title)}</title>" in page and html.escape(figure.caption) in page
         assert (tmp_path / "plotly.min.js").exists()
         assert len(pd.read_csv(csv)) == len(figure.data) > 0
-        assert "paper" in figure.caption and "nan" not in figure.caption.lower()
+        assert figures.CAPTIONS[figure.stem](pd.read_csv(csv)) == figure.caption, "the CSV gives the caption back"
+        assert "nan" not in figure.caption.lower()
     return {f.stem: f for f in found}
 
 
@@ -78,6 +80,7 @@ def test_tra_vs_fot(tmp_path):
     assert by_model[0] == by_model[1] and len(by_model[0]) >= 2, "the same reads of one window for both models"
     assert data.weight.between(0, 1 + 1e-6).all()
     assert "tokens 78-157" in figure.caption
+    assert figure.draw("matplotlib").axes[-1].get_ylabel() == "attention weight (hook_pattern)", "a named colour bar"
 
 
 def test_read_rich_window_prefers_reads_with_their_write():
@@ -87,14 +90,15 @@ def test_read_rich_window_prefers_reads_with_their_write():
 
 
 def test_tda_diagnostics(tmp_path):
-    found = check_written(figure_tda_diagnostics(tiny, lengths=LENGTHS), tmp_path,
+    found = check_written(figure_tda_diagnostics(tiny, lengths=LENGTHS, n_samples=3), tmp_path,
                           ["02a_tda_sparsity", "02b_tda_max_weight", "02c_sink_ratio_vs_length"])
     zeros = found["02a_tda_sparsity"].data
     assert set(zeros["map"]) == {"view 1 (excitatory)", "view 2 (inhibitory)", "differential"}
     assert len(zeros) == 3 * 2 and zeros.value.between(0, 1).all()
     sinks = found["02c_sink_ratio_vs_length"].data
-    assert set(sinks.key_pos) == {0} and set(sinks.model) == {"tda-mech", "rope-mech"}
+    assert set(sinks.model) == {"tda-mech", "rope-mech"} and (sinks.n == 3).all()
     assert sorted(sinks.seq_len.unique()) == list(LENGTHS)
+    assert (sinks.mean_low <= sinks["mean"]).all() and (sinks["mean"] <= sinks.mean_high).all()
 
 
 def test_tda_inhibition_picks_one_head(tmp_path):
@@ -106,19 +110,21 @@ def test_tda_inhibition_picks_one_head(tmp_path):
 def test_survivors(tmp_path):
     data = check_written(figure_survivors(tiny, lengths=LENGTHS), tmp_path, ["04_survivors_vs_length"])[
         "04_survivors_vs_length"].data
-    assert len(data) == 2 * 2 * len(LENGTHS)             # (tda, tra) x layers x lengths
+    assert len(data) == 3 * 2 * len(LENGTHS)             # (tda pattern, tra mask, tra pattern) x layers x lengths
+    assert set(data["map"]) == {"tda-mech pattern", "tra-mech mask", "tra-mech pattern"}
     shortest = data[data.seq_len == LENGTHS[0]]
     assert np.allclose(shortest.growth.dropna(), 1.0) and np.allclose(shortest.linear_reference, 1.0)
     assert (data.value <= (data.seq_len + 1) / 2).all(), "no more survivors than causal keys per query"
 
 
 def test_cross_view_is_deterministic(tmp_path):
-    first = check_written(figure_cross_view(tiny), tmp_path, ["05_cross_view_correlation"])[
+    first = check_written(figure_cross_view(tiny, n_samples=3), tmp_path, ["05_cross_view_correlation"])[
         "05_cross_view_correlation"].data
     torch.manual_seed(123)           # the untrained model's seed does not follow the global RNG
-    again = figure_cross_view(tiny)[0].data
+    again = figure_cross_view(tiny, n_samples=3)[0].data
     pd.testing.assert_frame_equal(first, again)
     assert first.groupby("model").size().to_dict() == {"trained": 2, "untrained": 2}
+    assert (first.n + first.constant_views == 3).all(), "each sequence a sample, or a constant view left out"
 
 
 def test_logit_tails_table(tmp_path):
@@ -153,6 +159,41 @@ def test_glitch_lengths_without_wrong_reads(tmp_path):
     assert "no wrong read" in figure.draw("plotly").layout.title.text
 
 
+def test_glitch_lengths_trend_names_the_higher_rate():
+    reads = pd.DataFrame({"seq": 0, "ignores_since": [0] * 100 + [80] * 100,
+                          "correct": [True] * 99 + [False] + [True] * 50 + [False] * 50})
+    figure = glitch_lengths_figure(reads, "m", "sparse")
+    assert "1.0% (95% CI 0.2-5.4%) of 100 reads" in figure.caption
+    assert "50.0% (95% CI 40.4-59.6%) of 100: long dependencies fail more often" in figure.caption
+    even = glitch_lengths_figure(reads.assign(correct=[True] * 90 + [False] * 10 + [True] * 88 + [False] * 12),
+                                 "m", "sparse")
+    assert "not distinguishable" in even.caption
+
+
+def test_glitch_anatomy(tmp_path):
+    found = check_written(anatomy.figure_glitch_anatomy(tiny, n=4, max_wrong=3, models=("rope-mech", "tra-mech")),
+                          tmp_path, ["12a_glitch_attention", "12b_glitch_logit_split"])
+    destinations = found["12a_glitch_attention"].data
+    assert set(destinations.model) == {"rope-mech", "tra-mech"} and set(destinations.split) == {"sparse", "dense"}
+    per_group = destinations.groupby(["model", "split", "reads"])
+    assert (per_group["count"].sum() == per_group.n.first()).all() and (destinations.n_sequences <= 4).all()
+    assert (destinations.share_low <= destinations.share).all() and (destinations.share <= destinations.share_high).all()
+    terms = found["12b_glitch_logit_split"].data
+    assert {"rope-mech", "tra-mech", "fot-mech"} <= set(terms.model)
+    assert set(terms.metric) == {"losing_term", "content_margin", "position_margin", "margin"}
+
+
+@pytest.mark.parametrize("name", ["rope-mech", "fot-mech", "tra-mech"])
+def test_logit_terms_add_up_to_the_logits(name):
+    model = tiny(name)
+    tokens = load_split("iid", 2, seq_len=32)
+    _, maps = capture_maps(model, tokens, [*anatomy.SPLIT_HOOKS[model.cfg.model], "attn_logits"])
+    content, position, allowed = anatomy.logit_terms(model, maps, 1)
+    logits = maps["attn_logits"][1]
+    keep = allowed & torch.ones(32, 32, dtype=torch.bool).tril()
+    assert keep.any() and torch.allclose((content + position)[keep], logits[keep], atol=1e-5)
+
+
 def test_drift_sequences():
     sequences = drift_sequences((8, 16, 32))
     for tokens in sequences:
@@ -166,13 +207,19 @@ def test_drift_sequences():
 
 
 def test_drift(tmp_path):
-    found = check_written(figure_drift(tiny, lengths=(16, 64), stride=8), tmp_path,
+    found = check_written(figure_drift(tiny, lengths=(16, 64), stride=8, n=3), tmp_path,
                           ["09a_drift_last_write", "09b_drift_automaton"])
-    drift = found["09a_drift_last_write"].data
-    assert len(drift) == 2 * 2 * 2                       # (rope, tra) x layers x lengths
+    summary = found["09a_drift_last_write"].data
+    assert len(summary) == 2 * 2 and (summary.n == 3).all()            # (rope, tra) x lengths, 3 sequences each
+    assert summary["mean"].between(0, 1).all() and (summary.right_low <= summary.right).all()
+    drift = flipflop.last_write_drift(tiny, lengths=(16, 64), n=2)
+    assert len(drift) == 2 * 2 * 2 * 2                   # (rope, tra) x lengths x sequences x layers
     assert sorted(drift.seq_len.unique()) == [16, 64] and (drift.dependency_length == drift.seq_len - 2).all()
     assert (drift[drift.layer == 0].n_carriers == 1).all()              # the write's bit; the read's comes after
     assert (drift.n_carriers >= 1).all() and drift.carrier_weight.between(0, 1).all()
+    best = flipflop.drift_summary(drift)
+    final = drift[drift.layer == 1].groupby(["model", "seq_len"]).carrier_weight.mean()
+    assert np.allclose(best.set_index(["model", "seq_len"])["mean"].sort_index(), final.sort_index())  # one head
     automaton = found["09b_drift_automaton"].data
     assert len(automaton) == 64
     assert (automaton.write_pos == np.where(automaton.position >= flipflop.AUTOMATON_SECOND_WRITE,
@@ -230,7 +277,11 @@ def test_cli_figures(tmp_path, monkeypatch, capsys):
     csv = fake_table1(tmp_path / "table1.csv")
     out = str(tmp_path / "out")
     assert main(["figures", "--out", out, "--only", "cope_gates", "table1", "--table1", str(csv)]) == 0
-    assert "wrote 2 figures" in capsys.readouterr().out
+    printed, err = capsys.readouterr()
+    assert "wrote 2 figures" in printed
+    assert "figures:" in err and "drawing table1" in err and "2/2 [" in err, "a bar over the figures on stderr"
+    assert main(["figures", "--out", out, "--only", "table1", "--table1", str(csv), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
     assert sorted(p.name for p in (tmp_path / "out").glob("*.png")) == [
         "10_cope_gates_positions.png", "11_table1_accuracy.png"]
     assert main(["figures", "--out", out, "--only", "nope"]) == 2

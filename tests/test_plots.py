@@ -232,13 +232,15 @@ def test_log_axes_are_labelled_at_the_lengths_measured():
     assert list(static.get_xticks()) == lengths and [t.get_text() for t in static.get_xticklabels()][0] == "128"
     assert len(static.xaxis.get_minorticklocs()) == 0
     # Many values, or values on a log y axis: 1-2-5 steps, written out.
-    assert plots.log_ticks(range(1, 513), measured=True) == ([1, 2, 5, 10, 20, 50, 100, 200, 500], None)
+    # ... from the step at or below the smallest value to the step at or above the largest.
+    assert plots.log_ticks(range(1, 513), measured=True) == ([1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
+                                                             (1, 1000))
     assert plots.log_ticks([3.1, 4.5]) == ([2, 5], (2, 5))                 # too narrow: the steps around it
-    ticks, _ = plots.log_ticks([1e-5, 0.5, 0.0])                           # too many 1-2-5 steps: decades
-    assert ticks == pytest.approx([1e-5, 1e-4, 1e-3, 1e-2, 1e-1])
+    ticks, ends = plots.log_ticks([1e-5, 0.5, 0.0])                        # too many 1-2-5 steps: decades
+    assert ticks == pytest.approx([1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1]) and ends == pytest.approx((1e-5, 1))
     survivors = pd.DataFrame({"metric": "survivors", "layer": 0, "map": "pattern", "seq_len": lengths,
                               "value": np.array(lengths) / 3})
-    assert list(plots.survivor_chart(survivors).layout.yaxis.ticktext) == ["50", "100", "200", "500"]
+    assert list(plots.survivor_chart(survivors).layout.yaxis.ticktext) == ["20", "50", "100", "200", "500", "1000"]
     # A 0 on a log axis (a layer with no survivor) is left out, not drawn off to minus infinity.
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -5,14 +5,18 @@ default; tests pass small random models), runs the models it needs with hooks on
 fixed sequences, computes with :mod:`interp.metrics`, and returns :class:`PaperFigure`
 records: a file stem, a caption naming the paper figure it reproduces, ``draw(backend)``,
 which draws it with :mod:`interp.plots`, and ``data``, the numbers behind it; its title is
-``TITLES[stem]``. :func:`make_figures` writes each record as ``STEM.png`` (matplotlib),
+``TITLES[stem]``. The caption is ``CAPTIONS[stem](data)``: written from the numbers of the CSV
+alone (settings such as the sequences run are columns of it), so that every claim in it is
+one the CSV shows; ``tests/test_captions.py`` writes each committed caption again from its CSV. :func:`make_figures` writes each record as ``STEM.png`` (matplotlib),
 ``STEM.html`` (plotly, a page with the title and the caption; the pages share one
 ``plotly.min.js`` in the directory and open offline) and ``STEM.csv``, then ``captions.json``
 (``{stem: caption}``) and ``index.md`` (every figure with its title and caption).
 
 The figures are grouped by paper, one module each (``tra``, ``tda``, ``flipflop``, ``cope``,
-``table1``); each figure function files itself under its name with ``@register``, and
-``common`` holds what they share and the writing.
+``table1``), and ``anatomy`` for the glitch anatomy; each figure function files itself under its
+name with ``@register`` and each caption with ``@caption``, and ``common`` holds what they share
+and the writing. The specimens are named in ``common`` alone (``TDA``, ``ROPE``, ...): the TDA
+figures take their model from ``TDA``, so redrawing them on another specimen is one edit.
 
 Figures (``name``: file stems, the paper figure reproduced):
 
@@ -26,6 +30,9 @@ Figures (``name``: file stems, the paper figure reproduced):
 - ``automaton``: ``07_automaton_attention``, flip-flop paper Fig. 5c-d and 16.
 - ``glitch_lengths``: ``08_glitch_dependency_lengths``, flip-flop paper Fig. 12 (right).
 - ``drift``: ``09a_drift_last_write``, ``09b_drift_automaton``, flip-flop paper Fig. 14.
+- ``glitch_anatomy``: ``12a_glitch_attention``, ``12b_glitch_logit_split``: where the final layer
+  looks at each wrong read of the glitching specimens, and which logit term (content or
+  position) let a key without the bit win, for RoPE, FoT and TRA.
 - ``cope_gates``: ``10_cope_gates_positions``, CoPE paper Fig. 6.
 - ``table1``: ``11_table1_accuracy``, TRA paper Table 1, from a ``glitchlens reproduce table1`` CSV.
 
@@ -41,19 +48,22 @@ Choices:
   (:func:`read_rich_window`).
 - Metrics at one length use ``N_SEQUENCES`` sequences of T = 512, the training length of the
   Table 1 specimens (the App. A pair, tra-mech and fot-mech, was trained at T = 128); the
-  sweeps over ``LENGTHS`` use ``N_SWEEP_SEQUENCES`` per length (a map at T = 2048 is 16 MB).
+  survivor sweep over ``LENGTHS`` uses ``N_SWEEP_SEQUENCES`` per length (a map at T = 2048 is
+  16 MB). The figures drawn with an interval (02c, 05, 09a) take each of ``N_SAMPLES``
+  sequences as a sample: mean and 95% t interval of the mean; shares (reads right, glitch
+  destinations) carry 95% Wilson intervals.
 - Fig. 14's own probe is the automaton: ``09b`` runs automaton-1l on the paper's input (two
   early writes, then bottoms), here to T = 2048, 16x automaton-1l's training length of 128;
   ``09a`` carries it to the flip-flop language for rope-mech (trained at T = 512) and tra-mech
-  (trained at T = 128), as one read pushed back by inserted ignores, and follows the write's bit
-  wherever each model moved it (the bit-carrier probe): tra-mech's final layer reads the bit two
-  tokens after the write, where its layer 0 copied it, and puts almost nothing on the write itself.
+  (trained at T = 128), as one read pushed back by inserted ignores (``N_SAMPLES`` sequences per
+  length, their bits drawn from seeds ``SEED`` on), and follows the write's bit wherever each
+  model moved it (the bit-carrier probe), at the final layer's best head.
 - Surviving keys: the non-zero entries of TDA's ``hook_pattern`` (the differential weights
   applied to V, as ``glitchlens diagnose`` counts them) and of TRA's ``hook_mask`` (M, the
   keys its threshold keeps; its softmax could underflow some of them to 0).
 """
 
-from interp.figures import tra, tda, flipflop, cope, table1  # noqa: F401  (each registers its figures: drawing order)
-from interp.figures.common import FIGURES, TITLES, PaperFigure, make_figures, write_figure  # noqa: F401
+from interp.figures import tra, tda, flipflop, anatomy, cope, table1  # noqa: F401  (each registers its figures: drawing order)
+from interp.figures.common import CAPTIONS, FIGURES, TITLES, PaperFigure, make_figures, write_figure  # noqa: F401
 
 FIGURE_NAMES = tuple(FIGURES)

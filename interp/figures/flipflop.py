@@ -11,22 +11,40 @@ import pandas as pd
 from interp import plots
 from interp.evaluate import evaluate_reads
 from interp.figures.common import (
-    AUTOMATON, N_CANDIDATES, ROPE, SEED, TRA, Loader, PaperFigure, final_layer, read_probe, register,
+    AUTOMATON, N_CANDIDATES, N_SAMPLES, ROPE, SEED, TRA, Loader, PaperFigure, caption, final_layer, length_ends,
+    mean_words, one, paper_figure, percent, progress_bar, read_probe, register,
 )
 from interp.metrics import (
     MIN_CARRIER_SHARE, automaton_write_attention, bit_carrier_attention, capture_maps, error_rate_by_dependency,
-    heatmap_window,
+    heatmap_window, mean_interval, wilson_interval,
 )
 from interp.tasks import (
     BOTTOM, CANONICAL_SEQ_LEN, IGNORE, READ, SIGMA_0, SIGMA_1, WRITE, ZERO, automaton_states, sample_automaton,
 )
 from interp.tasks.automaton import AUTOMATON_VOCAB
 
-DRIFT_LENGTHS = (64, 128, 256, 512, 768, 1024, 1536, 2048)
+DRIFT_LENGTHS = (64, 128, 256, 512, 1024, 2048)
 GLITCH_SEQUENCES = 2000
 GLITCH_BIN = 16                  # ignores per histogram bin
+LONG_IGNORES = 64                # the dependencies counted as long in 08's trend
 AUTOMATON_P_BOTTOM = 0.5         # automaton-1l's training distribution
 AUTOMATON_SECOND_WRITE = 32      # a multiple of the drift heatmap's stride, so its column is shown
+
+
+@caption("07_automaton_attention")
+def caption_automaton(data: pd.DataFrame) -> str:
+    return (f"Flip-flop paper Fig. 5c-d / 16: attention of {one(data, 'model')} (1 layer, 1 head, RoPE) on the "
+            f"flip-flop automaton, p(bottom) = {one(data, 'p_bottom')}, sequence {one(data, 'seq')} of "
+            f"{one(data, 'n_candidates')} "
+            + (f"(the one with the most wrong state predictions: {one(data, 'n_wrong')} of {one(data, 'seq_len')})"
+               if one(data, "n_wrong") else
+               f"(none of the {one(data, 'n_candidates')} has a wrong state prediction in its {one(data, 'seq_len')} "
+               "positions; the first is shown)")
+            + f", positions {data.position.min()}-{data.position.max()}. "
+            "Axis labels: 0 and 1 are the writes sigma_0 (orange) and sigma_1 (blue), _ is bottom. Each row's "
+            "most recent write, where the ideal head of Fig. 5c puts all its weight, is outlined in cyan, or red "
+            "where the state predicted there is wrong (its labels red too). In this window that key has the row's "
+            f"largest weight at {data.is_argmax.mean():.0%} of positions (mean weight {data.weight.mean():.2f}).")
 
 
 @register("automaton", {
@@ -46,53 +64,79 @@ def figure_automaton(load: Loader, size: int = 40) -> list[PaperFigure]:
     data = automaton_write_attention(final, inputs[seq:seq + 1])
     data = data.assign(input=np.array(AUTOMATON_VOCAB)[inputs[seq][data.position]], state=states[seq][data.position],
                        predicted=predicted[seq][data.position], correct=~wrong[seq][data.position])
-    data = data[(data.position >= window[0]) & (data.position < window[1])].assign(seq=seq)
-    caption = (f"Flip-flop paper Fig. 5c-d / 16: attention of {AUTOMATON} (1 layer, 1 head, RoPE) on the flip-flop "
-               f"automaton, p(bottom) = {AUTOMATON_P_BOTTOM}, sequence {seq} of {N_CANDIDATES} (the one with the most "
-               f"wrong state predictions: {len(errors)} of {CANONICAL_SEQ_LEN}), positions {window[0]}-"
-               f"{window[1] - 1}. "
-               "Axis labels: 0 and 1 are the writes sigma_0 (orange) and sigma_1 (blue), _ is bottom. Each row's "
-               "most recent write, where the ideal head of Fig. 5c puts all its weight, is outlined in cyan, or red "
-               "where the state predicted there is wrong (its labels red too). In this window that key has the row's "
-               f"largest weight at {data.is_argmax.mean():.0%} of positions (mean weight {data.weight.mean():.2f}).")
-    return [PaperFigure("07_automaton_attention", caption,
-                        lambda b: plots.automaton_heatmap_grid(plots.layer_head_panels(final), inputs[seq],
-                                                               wrong=errors, window=window, backend=b),
-                        data)]
+    data = data[(data.position >= window[0]) & (data.position < window[1])].assign(
+        seq=seq, model=AUTOMATON, p_bottom=AUTOMATON_P_BOTTOM, n_candidates=N_CANDIDATES, n_wrong=len(errors),
+        seq_len=CANONICAL_SEQ_LEN)
+    return [paper_figure("07_automaton_attention", data,
+                         lambda b: plots.automaton_heatmap_grid(plots.layer_head_panels(final), inputs[seq],
+                                                                wrong=errors, window=window, backend=b))]
 
 
 def dependency_histogram(reads: pd.DataFrame, width: int = GLITCH_BIN) -> pd.DataFrame:
     """From a :func:`read_table` frame: per bin of ``width`` ignores since the last ``w`` or ``r``
     (the flip-flop paper's dependency length, Fig. 12 right), the reads and wrong reads, the
-    error rate, and each bin's share of all reads and of all wrong reads (NaN without any)."""
+    error rate with its 95% Wilson interval (``error_rate_low``, ``error_rate_high``), and each
+    bin's share of all reads and of all wrong reads (NaN without any)."""
     edges = np.arange(0, int(reads.ignores_since.max()) + 1 + width, width)
     table = error_rate_by_dependency(reads, by="ignores_since", bins=edges)
     errors = table.n_errors.sum()
-    return table.assign(share_of_reads=table.n_reads / table.n_reads.sum(),
+    low, high = wilson_interval(table.n_errors, table.n_reads)
+    return table.assign(error_rate_low=low, error_rate_high=high, share_of_reads=table.n_reads / table.n_reads.sum(),
                         share_of_errors=table.n_errors / errors if errors else np.nan)
+
+
+def dependency_trend(table: pd.DataFrame, long: int = LONG_IGNORES) -> dict[str, tuple[int, int]]:
+    """``{"short": (errors, reads), "long": (errors, reads)}`` of a :func:`dependency_histogram`:
+    the first bin (the shortest dependencies) against every bin from ``long`` ignores on."""
+    first, far = table[table.ignores_since == table.ignores_since.min()], table[table.ignores_since >= long]
+    return {"short": (int(first.n_errors.sum()), int(first.n_reads.sum())),
+            "long": (int(far.n_errors.sum()), int(far.n_reads.sum()))}
+
+
+def trend_words(table: pd.DataFrame, width: int) -> str:
+    """The dependency-length trend of a :func:`dependency_histogram` in words: the error rates of
+    the shortest and the longest dependencies with their intervals, and which is higher where the
+    intervals do not overlap."""
+    trend = dependency_trend(table)
+    (short_errors, short_reads), (long_errors, long_reads) = trend["short"], trend["long"]
+    if not long_reads:
+        return f"No read has {LONG_IGNORES} or more ignores since the last w or r: there is no long-dependency rate."
+    (short_low, long_low), (short_high, long_high) = wilson_interval([short_errors, long_errors],
+                                                                     [short_reads, long_reads])
+    short_rate, long_rate = short_errors / short_reads, long_errors / long_reads
+    verdict = ("long dependencies fail more often" if long_low > short_high else
+               "long dependencies fail less often" if long_high < short_low else
+               "the two rates are not distinguishable at this n")
+    return (f"Error rate at 0-{width - 1} ignores {percent(short_rate, short_low, short_high)} of {short_reads} reads; "
+            f"at {LONG_IGNORES} or more {percent(long_rate, long_low, long_high)} of {long_reads}: {verdict}.")
+
+
+@caption("08_glitch_dependency_lengths")
+def caption_glitch_lengths(data: pd.DataFrame) -> str:
+    width = one(data, "bin_width")
+    n_reads, n_errors = int(data.n_reads.sum()), int(data.n_errors.sum())
+    return (f"Flip-flop paper Fig. 12 (right): dependency lengths (ignore instructions since the last read or "
+            f"write) of the wrong answers of {one(data, 'model')} on the first {one(data, 'n_sequences')} sequences "
+            f"of the {one(data, 'split')} split, beside those of all reads, in bins of {width}. "
+            + (f"{n_errors} of {n_reads} reads are wrong. {trend_words(data, width)} (95% Wilson intervals, the "
+               "reads taken as independent.)"
+               if n_errors else f"No read of the {n_reads} is wrong: there is no error to histogram."))
 
 
 def glitch_lengths_figure(reads: pd.DataFrame, model_name: str, split: str) -> PaperFigure:
     """The histogram of :func:`dependency_histogram` for all reads vs the wrong ones; a model
     with no wrong read gets the all-reads bars and a title that says so."""
-    table = dependency_histogram(reads)
+    table = dependency_histogram(reads).assign(model=model_name, split=split, n_sequences=reads.seq.nunique(),
+                                               bin_width=GLITCH_BIN)
     bars = pd.concat([table.assign(reads="all reads", share=table.share_of_reads),
                       table.assign(reads="wrong reads", share=table.share_of_errors)]).dropna(subset=["share"])
     n_reads, n_errors = int(table.n_reads.sum()), int(table.n_errors.sum())
     title = (f"{model_name}, {split}: {n_errors} wrong of {n_reads} reads" if n_errors else
              f"{model_name}, {split}: no wrong read among {n_reads} reads")
-    n_sequences = reads.seq.nunique()
-    caption = (f"Flip-flop paper Fig. 12 (right): dependency lengths (ignore instructions since the last read or "
-               f"write) of the wrong answers of {model_name} on the first {n_sequences} sequences of the {split} "
-               f"split, beside those of all reads, in bins of {GLITCH_BIN}. "
-               + (f"{n_errors} of {n_reads} reads are wrong. Wrong reads spread like all reads mean errors at every "
-                  "length (the paper's 'errors are diverse'); a shift to the right means long dependencies fail more."
-                  if n_errors else f"No read of the {n_reads} is wrong: there is no error to histogram."))
-    return PaperFigure("08_glitch_dependency_lengths", caption,
-                       lambda b: plots.chart(bars, "ignores_since", "share", series="reads", kind="bar", title=title,
-                                             xlabel=f"ignores since the last w or r (bin start, width {GLITCH_BIN})",
-                                             ylabel="share of reads", backend=b),
-                       table)
+    return paper_figure("08_glitch_dependency_lengths", table,
+                        lambda b: plots.chart(bars, "ignores_since", "share", series="reads", kind="bar", title=title,
+                                              xlabel=f"ignores since the last w or r (bin start, width {GLITCH_BIN})",
+                                              ylabel="share of reads", backend=b))
 
 
 @register("glitch_lengths", {
@@ -107,7 +151,8 @@ def figure_glitch_lengths(load: Loader, n: int = GLITCH_SEQUENCES, split: str = 
 def drift_sequences(lengths: Sequence[int], seed: int = SEED) -> list[np.ndarray]:
     """One flip-flop sequence ``[1, T]`` per length: ``w b``, ignores ``i x``, then ``r b``. The
     ignored bits are the same at every length, so each sequence is a shorter one with more
-    ignores inserted before its read; the read's only write is always T - 2 tokens back."""
+    ignores inserted before its read; the read's only write is always T - 2 tokens back.
+    ``seed`` draws the bits (the written one included)."""
     if any(T < 4 or T % 2 for T in lengths):
         raise ValueError(f"lengths must be even and >= 4, got {list(lengths)}")
     bits = np.random.default_rng(seed).integers(ZERO, ZERO + 2, size=max(lengths) // 2, dtype=np.uint8)
@@ -120,24 +165,90 @@ def drift_sequences(lengths: Sequence[int], seed: int = SEED) -> list[np.ndarray
     return sequences
 
 
-def last_write_drift(load: Loader, names: Sequence[str] = (ROPE, TRA),
-                     lengths: Sequence[int] = DRIFT_LENGTHS) -> pd.DataFrame:
-    """:func:`read_probe` of the single read of each :func:`drift_sequences` sequence, per model,
-    layer and head, with the bit-carrier probe's ``carrier_weight``, ``carrier_is_argmax`` and
-    ``n_carriers`` (:func:`~interp.metrics.bit_carrier_attention`) and columns ``model``,
-    ``seq_len`` and ``model_layer``."""
+def last_write_drift(load: Loader, names: Sequence[str] = (ROPE, TRA), lengths: Sequence[int] = DRIFT_LENGTHS,
+                     n: int = N_SAMPLES, batch_size: int = 4) -> pd.DataFrame:
+    """:func:`read_probe` of the single read of :func:`drift_sequences` with seeds ``SEED`` to
+    ``SEED + n - 1`` (``seq``), per model, length, layer and head, with the bit-carrier probe's
+    ``carrier_weight``, ``carrier_is_argmax`` and ``n_carriers``
+    (:func:`~interp.metrics.bit_carrier_attention`) and columns ``model`` and ``seq_len``."""
     frames = []
     keys = ["layer", "seq", "head", "position", "write_pos"]
+    sequences = [drift_sequences(lengths, SEED + s) for s in range(n)]
     for name in names:
         model = load(name)
-        for tokens in drift_sequences(lengths):
-            logits, maps = capture_maps(model, tokens, ["pattern"])
-            carriers = bit_carrier_attention(maps["pattern"], tokens).rename(columns={"is_argmax": "carrier_is_argmax"})
-            frames.append(read_probe(maps["pattern"], tokens, logits).merge(carriers, on=keys)
-                          .assign(model=name, seq_len=tokens.shape[1]))
-    data = pd.concat(frames, ignore_index=True)
-    data["model_layer"] = data.model + " L" + data.layer.astype(str) + " H" + data["head"].astype(str)
-    return data
+        for i, T in enumerate(progress_bar(lengths, f"{name}: drift over lengths")):
+            tokens = np.concatenate([sequences[s][i] for s in range(n)])
+            for start in range(0, n, batch_size):
+                batch = tokens[start:start + batch_size]
+                logits, maps = capture_maps(model, batch, ["pattern"])
+                carriers = bit_carrier_attention(maps["pattern"], batch).rename(columns={"is_argmax": "carrier_is_argmax"})
+                frames.append(read_probe(maps["pattern"], batch, logits).merge(carriers, on=keys)
+                              .assign(model=name, seq_len=T, seq=lambda f: f.seq + start))
+    return pd.concat(frames, ignore_index=True)
+
+
+def drift_summary(drift: pd.DataFrame) -> pd.DataFrame:
+    """Per model and length, from :func:`last_write_drift`, at the final layer: the mean over
+    sequences of the best head's ``carrier_weight`` (the head that puts the most weight on the
+    bit; 95% t interval ``mean_low``, ``mean_high``; ``n`` sequences), of its weight on the write's
+    own two tokens (``write_weight``), and the share of reads answered right (``right``, of
+    ``n``, 95% Wilson interval ``right_low``, ``right_high``)."""
+    final = drift[drift.layer == drift.groupby("model").layer.transform("max")]
+    best = final.groupby(["model", "seq_len", "seq"], sort=False).agg(
+        carrier=("carrier_weight", "max"), weight=("weight", "max"), correct=("correct", "first")).reset_index()
+    table = mean_interval(best, ["model", "seq_len"], "carrier")
+    extra = best.groupby(["model", "seq_len"]).agg(write_weight=("weight", "mean"), n_right=("correct", "sum"))
+    table = table.merge(extra.reset_index(), on=["model", "seq_len"])
+    table["right"] = table.n_right / table.n
+    table["right_low"], table["right_high"] = wilson_interval(table.n_right, table.n)
+    return table
+
+
+def lost_words(rows: pd.DataFrame) -> str:
+    """The lengths of :func:`drift_summary` rows where the mean weight on the bit is below 1/2."""
+    lost = rows.seq_len[rows["mean"] < 0.5].tolist()
+    return f"below 1/2 at T = {', '.join(map(str, lost))}" if lost else "never below 1/2"
+
+
+@caption("09a_drift_last_write")
+def caption_drift(data: pd.DataFrame) -> str:
+    ends = [f"{name} (trained at T = {one(rows, 'trained_seq_len')}): {mean_words(first)} at T = {first.seq_len}, "
+            f"{mean_words(last)} at T = {last.seq_len}, " + lost_words(rows) + " (on the write's own tokens at most "
+            f"{rows.write_weight.max():.2f} on average); reads right "
+            f"{percent(first.right, first.right_low, first.right_high)} at T = {first.seq_len}, "
+            f"{percent(last.right, last.right_low, last.right_high)} at T = {last.seq_len}"
+            for name, rows, first, last in length_ends(data)]
+    return (
+        f"Flip-flop paper Fig. 14, on the flip-flop language: one read whose only write is the first token, pushed "
+        f"T - 2 tokens back by inserting ignore instructions (i0/i1) before it, T = {data.seq_len.min()} to "
+        f"{data.seq_len.max()}, {int(data.n.min())} sequences per length (their bits drawn from seeds "
+        f"{SEED}-{SEED + int(data.n.max()) - 1}; one trained seed of each model is shipped). At the read, the final "
+        "layer's best head's weight on the positions that hold the write's bit at that layer's input (the "
+        "bit-carrier probe: the bit token, and every position whose attention in an earlier layer put at least "
+        f"{MIN_CARRIER_SHARE:g} of its weight on such a position); mean over the sequences, band the 95% t interval "
+        f"of the mean; 1 (dashed) is the ideal head. {'; '.join(ends)}. Per length, the CSV has the weight on the "
+        "write's own two tokens (write_weight) and the reads right with their 95% Wilson interval.")
+
+
+def last_write_drift_figure(load: Loader, lengths: Sequence[int], n: int) -> PaperFigure:
+    """Fig. 14 on the flip-flop language: the weight a read puts on the positions holding its
+    write's bit as inserted ignores push the write back, rope-mech vs tra-mech, over ``n``
+    sequences per length."""
+    data = drift_summary(last_write_drift(load, lengths=lengths, n=n))
+    return drift_chart(data.assign(trained_seq_len=data.model.map(lambda name: load(name).cfg.n_ctx)))
+
+
+def drift_chart(data: pd.DataFrame) -> PaperFigure:
+    """09a from its data (:func:`drift_summary` with ``trained_seq_len``), its CSV as written."""
+    lengths = sorted(data.seq_len.unique())
+    return paper_figure("09a_drift_last_write", data,
+                        lambda b: plots.chart(data, "seq_len", "mean", series="model",
+                                              interval=("mean_low", "mean_high"),
+                                              reference=(lengths, [1.0] * len(lengths), "ideal"),
+                                              title="Final layer's weight on the write's bit at the read",
+                                              xlabel="context length T (the write is T - 2 tokens back)",
+                                              ylabel="best head's weight on the bit (mean, 95% CI)", log_x=True,
+                                              backend=b))
 
 
 def automaton_drift_inputs(T: int) -> np.ndarray:
@@ -150,33 +261,21 @@ def automaton_drift_inputs(T: int) -> np.ndarray:
     return inputs
 
 
-def last_write_drift_figure(load: Loader, lengths: Sequence[int]) -> PaperFigure:
-    """Fig. 14 on the flip-flop language: the weight a read puts on the positions holding its
-    write's bit as inserted ignores push the write back, rope-mech vs tra-mech."""
-    drift = last_write_drift(load, lengths=lengths)
-    final = drift[drift.layer == drift.groupby("model").layer.transform("max")]
-    # one row per length: the best head's weights (the heads share the read, so its correctness)
-    per_length = final.groupby(["model", "seq_len"], sort=False).agg(
-        carrier=("carrier_weight", "max"), weight=("weight", "max"), correct=("correct", "first"))
-    ends = "; ".join(f"{name}: best head {rows.carrier.iloc[0]:.2f} at T = {min(lengths)}, {rows.carrier.iloc[-1]:.2f} "
-                     f"at T = {max(lengths)} (on the write itself at most {rows.weight.max():.2f}), answer right at "
-                     f"{int(rows.correct.sum())} of {len(rows)} lengths"
-                     for name, rows in per_length.groupby(level="model", sort=False))
-    caption = (
-        f"Flip-flop paper Fig. 14, on the flip-flop language: one read whose only write is the first token, pushed "
-        f"T - 2 tokens back by inserting ignore instructions (i0/i1, fixed bits) before it, T = {min(lengths)} to "
-        f"{max(lengths)} (trained at T = {load(ROPE).cfg.n_ctx} and {load(TRA).cfg.n_ctx}). The weight each layer's "
-        f"head puts, at the read, on the positions that hold the write's bit at that layer's input (the bit-carrier "
-        f"probe: the bit token, and every position whose attention in an earlier layer put at least "
-        f"{MIN_CARRIER_SHARE:g} of its weight on such a position), for {ROPE} (softmax + RoPE) and {TRA}; 1 (dashed) "
-        f"is the ideal head. Final layer: {ends}. The weight on the write's own two tokens is in the CSV (weight).")
-    return PaperFigure("09a_drift_last_write", caption,
-                       lambda b: plots.chart(drift, "seq_len", "carrier_weight", series="model_layer",
-                                             reference=(list(lengths), [1.0] * len(lengths), "ideal"),
-                                             title="Weight on the write's bit at the read, wherever it is",
-                                             xlabel="context length T (the write is T - 2 tokens back)",
-                                             ylabel="weight on positions holding the bit", log_x=True, backend=b),
-                       drift)
+@caption("09b_drift_automaton")
+def caption_automaton_drift(data: pd.DataFrame) -> str:
+    T, trained_length, second, stride = (one(data, c) for c in ("seq_len", "trained_seq_len", "second_write",
+                                                                "stride"))
+    wrong = data.position[~data.correct.astype(bool)].tolist()
+    trained = data.position < trained_length
+    return (
+        f"Flip-flop paper Fig. 14b: {one(data, 'model')} (trained at T = {trained_length}) on sigma_0, "
+        f"bottom x {second - 1}, sigma_1, bottom x {T - second - 1} (T = {T}), one "
+        f"position in {stride} shown, as in the paper (rows and columns). Every row from position "
+        f"{second} on should put its weight on column {second}, the most recent write "
+        "(outlined: cyan, or red where the state predicted is wrong). "
+        f"The mean weight on the most recent write is {data.weight[trained].mean():.2f} at positions below "
+        f"{trained_length}" + (f" and {data.weight[~trained].mean():.2f} beyond" if T > trained_length else "")
+        + f"; {len(wrong)} wrong state predictions" + (f", the first at position {wrong[0]} (red)." if wrong else "."))
 
 
 def automaton_drift_figure(load: Loader, T: int, stride: int) -> PaperFigure:
@@ -184,32 +283,24 @@ def automaton_drift_figure(load: Loader, T: int, stride: int) -> PaperFigure:
     ``T``, one position in ``stride`` shown."""
     inputs = automaton_drift_inputs(T)
     model = load(AUTOMATON)
-    trained_length = model.cfg.n_ctx
     logits, maps = capture_maps(model, inputs, ["pattern"])
     wrong = np.flatnonzero(logits.argmax(-1).numpy()[0] != automaton_states(inputs)[0]).tolist()
     pattern = final_layer(maps["pattern"])
-    probe = automaton_write_attention(pattern, inputs).assign(correct=lambda f: ~f.position.isin(wrong))
-    trained = probe.position < trained_length
-    caption = (
-        f"Flip-flop paper Fig. 14b: {AUTOMATON} (trained at T = {trained_length}) on sigma_0, "
-        f"bottom x {AUTOMATON_SECOND_WRITE - 1}, sigma_1, bottom x {T - AUTOMATON_SECOND_WRITE - 1} (T = {T}), one "
-        f"position in {stride} shown, as in the paper (rows and columns). Every row from position "
-        f"{AUTOMATON_SECOND_WRITE} on should put its weight on column {AUTOMATON_SECOND_WRITE}, the most recent write "
-        "(outlined: cyan, or red where the state predicted is wrong). "
-        f"The mean weight on the most recent write is {probe.weight[trained].mean():.2f} at positions below "
-        f"{trained_length}" + (f" and {probe.weight[~trained].mean():.2f} beyond" if T > trained_length else "")
-        + f"; {len(wrong)} wrong state predictions" + (f", the first at position {wrong[0]} (red)." if wrong else "."))
-    return PaperFigure("09b_drift_automaton", caption,
-                       lambda b: plots.automaton_heatmap_grid(plots.layer_head_panels(pattern), inputs[0], wrong=wrong,
-                                                              stride=stride, backend=b),
-                       probe)
+    probe = automaton_write_attention(pattern, inputs).assign(
+        correct=lambda f: ~f.position.isin(wrong), model=AUTOMATON, seq_len=T, trained_seq_len=model.cfg.n_ctx,
+        second_write=AUTOMATON_SECOND_WRITE, stride=stride)
+    return paper_figure("09b_drift_automaton", probe,
+                        lambda b: plots.automaton_heatmap_grid(plots.layer_head_panels(pattern), inputs[0],
+                                                               wrong=wrong, stride=stride, backend=b))
 
 
 @register("drift", {
     "09a_drift_last_write": "Attention drift past the training length, flip-flop language (flip-flop paper Fig. 14)",
     "09b_drift_automaton": "Attention drift past the training length, automaton (flip-flop paper Fig. 14b)",
 })
-def figure_drift(load: Loader, lengths: Sequence[int] = DRIFT_LENGTHS, stride: int = 32) -> list[PaperFigure]:
+def figure_drift(load: Loader, lengths: Sequence[int] = DRIFT_LENGTHS, stride: int = 32,
+                 n: int = N_SAMPLES) -> list[PaperFigure]:
     """Flip-flop paper Fig. 14: attention drift past the training length, on the flip-flop
-    language (rope-mech vs tra-mech) and as in the paper (automaton-1l at the longest length)."""
-    return [last_write_drift_figure(load, lengths), automaton_drift_figure(load, max(lengths), stride)]
+    language (rope-mech vs tra-mech, ``n`` sequences per length) and as in the paper
+    (automaton-1l at the longest length)."""
+    return [last_write_drift_figure(load, lengths, n), automaton_drift_figure(load, max(lengths), stride)]

@@ -7,10 +7,20 @@ from pathlib import Path
 import pandas as pd
 
 from interp import plots
-from interp.figures.common import PaperFigure, register
+from interp.figures.common import PaperFigure, caption, one, paper_figure, register
 
 TABLE1_COLUMNS = ("model", "split", "seeds", "accuracy_mean", "accuracy_std", "paper_accuracy_mean",
                   "paper_accuracy_std")
+
+
+@caption("11_table1_accuracy")
+def caption_table1(table: pd.DataFrame) -> str:
+    fewest, most = table.seeds.min(), table.seeds.max()
+    seeds = f"{fewest}" if fewest == most else f"{fewest}-{most}"
+    return (f"TRA paper Table 1: full-sequence accuracy (%, every read of a sequence right) per model on the iid, "
+            f"dense and sparse splits, ours (blue, mean +- std over {seeds} seed{'s' if most > 1 else ''}, from "
+            f"{one(table, 'source')}) beside the paper's (grey, mean +- std over 4 seeds; none for the models it does "
+            "not report).")
 
 
 @register("table1", {"11_table1_accuracy": "Full-sequence accuracy per model beside the paper's (TRA paper Table 1)"})
@@ -20,10 +30,5 @@ def figure_table1(csv: str | Path) -> list[PaperFigure]:
     missing = [c for c in TABLE1_COLUMNS if c not in table.columns]
     if missing:
         raise ValueError(f"{csv} lacks the columns {missing} of a `glitchlens reproduce table1` table")
-    fewest, most = table.seeds.min(), table.seeds.max()
-    seeds = f"{fewest}" if fewest == most else f"{fewest}-{most}"
-    caption = (f"TRA paper Table 1: full-sequence accuracy (%, every read of a sequence right) per model on the iid, "
-               f"dense and sparse splits, ours (blue, mean +- std over {seeds} seed{'s' if most > 1 else ''}, from "
-               f"{Path(csv).name}) beside "
-               "the paper's (grey, mean +- std over 4 seeds; none for the models it does not report).")
-    return [PaperFigure("11_table1_accuracy", caption, lambda b: plots.table1_chart(table, backend=b), table)]
+    table = table.assign(source=Path(csv).name)
+    return [paper_figure("11_table1_accuracy", table, lambda b: plots.table1_chart(table, backend=b))]

@@ -1,4 +1,5 @@
-"""The TDA paper's figures (Fig. 1a-c, 2, 4, 5, Table 7) on tda-mech, beside rope-mech and tra-mech."""
+"""The TDA paper's figures (Fig. 1a-c, 2, 4, 5, Table 7) on the TDA specimen (``TDA``), beside
+rope-mech and tra-mech."""
 
 from __future__ import annotations
 
@@ -11,16 +12,79 @@ import torch
 import models
 from interp import plots
 from interp.figures.common import (
-    LENGTHS, N_SEQUENCES, N_SWEEP_SEQUENCES, ROPE, TDA, TRA, Loader, PaperFigure, across_lengths, heatmap_sequence,
-    register,
+    LENGTHS, N_SAMPLES, N_SEQUENCES, N_SWEEP_SEQUENCES, ROPE, TDA, TRA, Loader, PaperFigure, across_lengths, caption,
+    heatmap_sequence, length_ends, mean_words, one, paper_figure, per_sequence, register, shown_window,
 )
 from interp.metrics import (
-    capture_maps, cross_view_correlation, inhibition, max_abs_weight, sink_ratio, sparsity, survivor_counts,
-    survivor_growth, tail_probabilities,
+    capture_maps, cross_view_correlation, growth_exponent, inhibition, max_abs_weight, mean_interval, sink_ratio,
+    sparsity, summarise, survivor_counts, survivor_growth, tail_probabilities,
 )
 from interp.tasks import CANONICAL_SEQ_LEN, load_split
 
 VIEWS = {"view_1": "view 1 (excitatory)", "view_2": "view 2 (inhibitory)", "pattern": "differential"}
+# The lengths of the first-token sink (02c): 100 sequences each; at T = 2048 one TDA sequence
+# alone costs 6 s of CPU.
+SINK_LENGTHS = (64, 128, 256, 512, 1024)
+# Two peaks closer than this are the same weight (the differential map is view 1 minus lambda
+# view 2 in float32: where view 2 is 0 it is view 1's entry to the bit).
+SAME_PEAK = 1e-6
+PEAK_RELATIONS = ("equal to view 1's", "below the larger view's", "above the larger view's")
+# The maps whose survivors 04 counts: TRA's twice, the keys its threshold keeps and those with a weight.
+SURVIVOR_MAPS = ((TDA, "pattern"), (TRA, "mask"), (TRA, "pattern"))
+PAPER_CROSS_VIEW = {"trained": 0.1231, "untrained": 0.0752}
+
+
+def sample_words(data: pd.DataFrame) -> str:
+    """``4 iid sequences of T = 512`` from the columns ``n_sequences`` and ``seq_len``."""
+    return f"{one(data, 'n_sequences')} iid sequences of T = {one(data, 'seq_len')}"
+
+
+@caption("02a_tda_sparsity")
+def caption_sparsity(data: pd.DataFrame) -> str:
+    per_layer = summarise(data[["layer", "head", "metric", "value", "map"]])
+    ranges = "; ".join(f"{label}: " + "-".join(dict.fromkeys(f"{100 * v:.0f}" for v in (rows.value.min(),
+                                                                                          rows.value.max()))) + "%"
+                       for label, rows in per_layer.groupby("map", sort=False))
+    return (f"TDA paper Fig. 1a: sparsity (fraction of causal entries exactly 0) per layer of {one(data, 'model')}'s "
+            "two rectified views (hook_view_1, hook_view_2) and its differential map (hook_pattern), on "
+            f"{sample_words(data)}; mean over heads. Per layer, {ranges} (the paper: > 99%).")
+
+
+def peak_relations(data: pd.DataFrame) -> pd.DataFrame:
+    """Per layer and head, from :func:`max_abs_weight` rows of the three maps (``map`` labelled
+    as :data:`VIEWS`): the three peaks and the differential peak's relation to the views':
+    ``equal to view 1's`` (within ``SAME_PEAK``), ``below the larger view's``, or ``above the
+    larger view's``."""
+    peaks = data.pivot_table(index=["layer", "head"], columns="map", values="value").reset_index()
+    differential, view_1 = peaks[VIEWS["pattern"]], peaks[VIEWS["view_1"]]
+    larger = np.maximum(view_1, peaks[VIEWS["view_2"]])
+    peaks["relation"] = np.select([(differential - view_1).abs() <= SAME_PEAK, differential < larger],
+                                  list(PEAK_RELATIONS[:2]), default=PEAK_RELATIONS[2])
+    return peaks
+
+
+@caption("02b_tda_max_weight")
+def caption_max_weight(data: pd.DataFrame) -> str:
+    relations = peak_relations(data).relation.value_counts()
+    n_heads = int(relations.sum())
+    below = int(relations.get(PEAK_RELATIONS[1], 0))
+    counts = ", ".join(f"{relation} in {int(relations.get(relation, 0))}" for relation in PEAK_RELATIONS)
+    verdict = (f"Inhibition lowers the peak in {below} of {n_heads} heads, as the paper's Fig. 1b has it."
+               if below else
+               "In no head does inhibition lower the peak below the views', which the paper's Fig. 1b reports.")
+    return (f"TDA paper Fig. 1b: the largest |weight| per layer of {one(data, 'model')}'s view 1, view 2 and "
+            f"differential map on {sample_words(data)}. Of the {n_heads} heads, the differential map's peak is {counts}. "
+            f"{verdict}")
+
+
+@caption("02c_sink_ratio_vs_length")
+def caption_sink_ratio(data: pd.DataFrame) -> str:
+    ends = [f"{name} (trained at T = {one(rows, 'trained_seq_len')}) {mean_words(first)} at T = {first.seq_len} and "
+            f"{mean_words(last)} at T = {last.seq_len}" for name, rows, first, last in length_ends(data)]
+    return ("TDA paper Fig. 1c: gSinkRatio(1), the weight on the first token relative to uniform attention (1, "
+            "dashed), mean over layers and heads, against context length for "
+            f"{' and '.join(dict.fromkeys(data.model))}; mean over {int(data.n.min())} FFL(0.8) sequences per "
+            f"length, band and brackets the 95% t interval of the mean. {'; '.join(ends)}.")
 
 
 @register("tda_diagnostics", {
@@ -28,126 +92,156 @@ VIEWS = {"view_1": "view 1 (excitatory)", "view_2": "view 2 (inhibitory)", "patt
     "02b_tda_max_weight": "Largest attention weight per layer in TDA's views and differential map (TDA paper Fig. 1b)",
     "02c_sink_ratio_vs_length": "First-token sink against context length, TDA and RoPE (TDA paper Fig. 1c)",
 })
-def figure_tda_diagnostics(load: Loader, lengths: Sequence[int] = LENGTHS) -> list[PaperFigure]:
-    """TDA paper Fig. 1a-c: sparsity and max |weight| per layer of tda-mech's views and
-    differential map, and gSinkRatio(1) against context length, tda-mech vs rope-mech."""
+def figure_tda_diagnostics(load: Loader, lengths: Sequence[int] = SINK_LENGTHS,
+                           n_samples: int = N_SAMPLES) -> list[PaperFigure]:
+    """TDA paper Fig. 1a-c: sparsity and max |weight| per layer of the TDA specimen's views and
+    differential map, and gSinkRatio(1) against context length, TDA vs rope-mech, with the 95%
+    interval of the mean over ``n_samples`` sequences per length."""
     _, maps = capture_maps(load(TDA), load_split("iid", N_SEQUENCES), list(VIEWS))
+    setting = dict(model=TDA, n_sequences=N_SEQUENCES)
     zeros = pd.concat([sparsity(maps[hook], label) for hook, label in VIEWS.items()], ignore_index=True)
     peaks = pd.concat([max_abs_weight(maps[hook], label) for hook, label in VIEWS.items()], ignore_index=True)
-    sinks = across_lengths(load, {TDA: "pattern", ROPE: "pattern"}, lengths, N_SWEEP_SEQUENCES,
-                           lambda m, name: sink_ratio(m, key_pos=[0]).assign(model=name))
-    at = f"{N_SEQUENCES} iid sequences of T = {CANONICAL_SEQ_LEN}"
-    ratio = sinks[sinks.metric == "gsink_ratio"].groupby(["model", "seq_len"]).value.mean()
-    trend = "; ".join(f"{name} {ratio[name].iloc[0]:.2f} at T = {ratio[name].index[0]} and {ratio[name].iloc[-1]:.2f} "
-                      f"at T = {ratio[name].index[-1]}" for name in (TDA, ROPE))
+
+    def sink(maps, name):
+        ratio = sink_ratio(maps["pattern"], key_pos=[0])
+        return summarise(ratio[ratio.metric == "gsink_ratio"], over=("layer", "head"))
+
+    samples = per_sequence(load, {TDA: ["pattern"], ROPE: ["pattern"]}, lengths, n_samples, sink)
+    sinks = mean_interval(samples, ["model", "seq_len"], "value")
+    sinks["trained_seq_len"] = sinks.model.map(lambda name: load(name).cfg.n_ctx)
     return [
-        PaperFigure("02a_tda_sparsity",
-                    f"TDA paper Fig. 1a: sparsity (fraction of causal entries exactly 0) per layer of {TDA}'s two "
-                    f"rectified views (hook_view_1, hook_view_2) and its differential map (hook_pattern), on {at}; "
-                    "mean over heads.",
-                    lambda b: plots.sparsity_chart(zeros, backend=b), zeros),
-        PaperFigure("02b_tda_max_weight",
-                    f"TDA paper Fig. 1b: the largest |weight| per layer of {TDA}'s view 1, view 2 and differential "
-                    f"map on {at}. Where the differential peak is below the views', inhibition cancels "
-                    "common-mode exceedances.",
-                    lambda b: plots.max_abs_chart(peaks, backend=b), peaks),
-        PaperFigure("02c_sink_ratio_vs_length",
-                    f"TDA paper Fig. 1c: gSinkRatio(1), the weight on the first token relative to uniform attention "
-                    f"(1, dashed), mean over layers and heads, against context length for {TDA} and {ROPE} "
-                    f"(softmax); {N_SWEEP_SEQUENCES} FFL(0.8) sequences per length, trained at T = "
-                    f"{CANONICAL_SEQ_LEN}. {trend}.",
-                    lambda b: plots.sink_ratio_chart(sinks, key_pos=0, backend=b), sinks),
+        paper_figure("02a_tda_sparsity", zeros.assign(**setting), lambda b: plots.sparsity_chart(zeros, backend=b)),
+        paper_figure("02b_tda_max_weight", peaks.assign(**setting), lambda b: plots.max_abs_chart(peaks, backend=b)),
+        paper_figure("02c_sink_ratio_vs_length", sinks,
+                     lambda b: plots.chart(sinks, "seq_len", "mean", series="model", interval=("mean_low", "mean_high"),
+                                           reference=(list(lengths), [1.0] * len(lengths), "uniform"),
+                                           title="gSinkRatio at key position 0", xlabel="context length",
+                                           ylabel="gSinkRatio (mean, 95% CI)", log_x=True, backend=b)),
     ]
+
+
+@caption("03_tda_inhibition")
+def caption_inhibition(data: pd.DataFrame) -> str:
+    shown = data[data.shown].set_index("metric").value
+    layer, head = one(data[data.shown], "layer"), one(data[data.shown], "head")
+    return (f"TDA paper Fig. 2: inhibition in {one(data, 'model')}. The two rectified views and the signed "
+            f"differential map (hook_pattern) of layer {layer} head {head}, the head with the most negative entries "
+            f"({shown['inhibitory_fraction']:.1%} of causal entries, {shown['inhibitory_mass']:.1%} of its |weight|; "
+            f"lambda = {one(data, 'shown_lambda'):.2f}), on {shown_window(data)}. Inhibition (negative) is blue, "
+            "excitation (positive) red, exact zeros black; writes orange, reads blue on the axes.")
 
 
 @register("tda_inhibition", {
     "03_tda_inhibition": "Inhibition in TDA: two views and their signed difference (TDA paper Fig. 2)",
 })
 def figure_tda_inhibition(load: Loader) -> list[PaperFigure]:
-    """TDA paper Fig. 2: the signed differential map of tda-mech's most inhibitory head."""
-    tokens, window, shown_text = heatmap_sequence()
+    """TDA paper Fig. 2: the signed differential map of the TDA specimen's most inhibitory head."""
+    tokens, window, seq = heatmap_sequence()
     _, maps = capture_maps(load(TDA), tokens, [*VIEWS, "lambda"])
     data = inhibition(maps["pattern"])
     # The head with the most negative entries: a share of |weight| would favour a near-dead head.
     fractions = data[data.metric == "inhibitory_fraction"].sort_values(["layer", "head"])
     pick = fractions.sort_values("value", ascending=False, kind="stable").iloc[0]
-    layer, head, fraction = int(pick["layer"]), int(pick["head"]), pick["value"]
+    layer, head = int(pick["layer"]), int(pick["head"])
     lam = float(maps["lambda"][layer][0, head])
     panels = {f"view 1 (L{layer} H{head})": maps["view_1"][layer][0, head],
               "view 2": maps["view_2"][layer][0, head],
               f"differential = view 1 - {lam:.2f} view 2": maps["pattern"][layer][0, head]}
-    shown = (data.layer == layer) & (data["head"] == head)
-    share = data[shown & (data.metric == "inhibitory_mass")].value.iloc[0]
-    caption = (f"TDA paper Fig. 2: inhibition in {TDA}. The two rectified views and the signed differential map "
-               f"(hook_pattern) of layer {layer} head {head}, the head with the most negative entries "
-               f"({fraction:.1%} of causal entries, {share:.1%} of its |weight|; lambda = {lam:.2f}), on "
-               f"{shown_text}. Inhibition (negative) is blue, excitation (positive) red, exact zeros "
-               "black; writes orange, reads blue on the axes.")
-    return [PaperFigure("03_tda_inhibition", caption,
-                        lambda b: plots.heatmap_grid(panels, tokens[0], window=window, signed=True, shared_scale=True,
-                                                     ncols=3, backend=b),
-                        data.assign(shown=shown))]
+    data = data.assign(shown=(data.layer == layer) & (data["head"] == head), shown_lambda=lam, model=TDA,
+                       shown_seq=seq, window_start=window[0], window_stop=window[1])
+    return [paper_figure("03_tda_inhibition", data,
+                         lambda b: plots.heatmap_grid(panels, tokens[0], window=window, signed=True, shared_scale=True,
+                                                      ncols=3, value_label="signed weight", backend=b))]
+
+
+@caption("04_survivors_vs_length")
+def caption_survivors(data: pd.DataFrame) -> str:
+    longest = data[data.seq_len == data.seq_len.max()]
+    exponents = growth_exponent(data, ["model_layer"]).set_index("model_layer").exponent
+    growth = "; ".join(f"{r.model_layer} x{r.growth:.2f} (exponent {exponents[r.model_layer]:.2f})"
+                       for r in longest.itertuples())
+    return (f"TDA paper Fig. 4 (App. B.2): mean surviving keys per query against context length, per layer, for "
+            f"{', '.join(dict.fromkeys(data['map']))}: on hook_pattern the keys with a non-zero weight (what "
+            "`glitchlens diagnose` counts), on TRA's hook_mask the keys its threshold keeps (its softmax underflows "
+            "kept keys far back to exactly 0, so fewer have a weight), on "
+            f"{one(data, 'n_sequences')} FFL(0.8) sequences per length; dashed: linear O(n) growth. "
+            f"Growth factor from T = {data.seq_len.min()} to {data.seq_len.max()} "
+            f"(x{longest.linear_reference.iloc[0]:g}), and growth exponent (the slope of log survivors against log "
+            f"T over every length: 1 linear, 0 flat; `glitchlens diagnose` reports it as survivor_exponent): "
+            f"{growth}.")
 
 
 @register("survivors", {"04_survivors_vs_length": "Surviving keys per query against context length (TDA paper Fig. 4)"})
 def figure_survivors(load: Loader, lengths: Sequence[int] = LENGTHS) -> list[PaperFigure]:
     """TDA paper Fig. 4: surviving keys per query against context length, per layer."""
-    counts = across_lengths(load, {TDA: "pattern", TRA: "mask"}, lengths, N_SWEEP_SEQUENCES,
-                            lambda m, name: survivor_counts(m, name=name))
-    data = survivor_growth(counts)
+    counts = pd.concat([across_lengths(load, {name: hook}, lengths, N_SWEEP_SEQUENCES,
+                                       lambda m, name, hook=hook: survivor_counts(m, name=f"{name} {hook}"))
+                        for name, hook in SURVIVOR_MAPS], ignore_index=True)
+    data = survivor_growth(counts).assign(n_sequences=N_SWEEP_SEQUENCES)
     data["model_layer"] = data["map"] + " L" + data.layer.astype(str)
-    longest = data[data.seq_len == data.seq_len.max()]
-    growth = "; ".join(f"{r.model_layer} x{r.growth:.2f}" for r in longest.itertuples())
-    caption = (f"TDA paper Fig. 4 (App. B.2): mean surviving (non-zero) keys per query against context length, per "
-               f"layer, for {TDA} (hook_pattern) and {TRA} (hook_mask, the keys its threshold keeps), on "
-               f"{N_SWEEP_SEQUENCES} FFL(0.8) sequences per length; dashed: linear O(n) growth. From T = "
-               f"{data.seq_len.min()} to {data.seq_len.max()} (x{longest.linear_reference.iloc[0]:g}) the survivors "
-               f"grew {growth}.")
-    return [PaperFigure("04_survivors_vs_length", caption,
-                        lambda b: plots.survivor_chart(data, series="model_layer", backend=b), data)]
+    return [paper_figure("04_survivors_vs_length", data,
+                         lambda b: plots.survivor_chart(data, series="model_layer", backend=b))]
+
+
+@caption("05_cross_view_correlation")
+def caption_cross_view(data: pd.DataFrame) -> str:
+    per_model = {label: rows for label, rows in data.groupby("model", sort=False)}
+    layers = "; ".join(f"{label} " + ", ".join(f"L{r.layer} {r.mean:.3g} ({r.mean_low:.3g} to {r.mean_high:.3g})"
+                                               if r.n else f"L{r.layer} undefined (every view constant)"
+                                               for r in rows.itertuples())
+                       for label, rows in per_model.items())
+    constant = ", ".join(f"{int(rows.constant_views.sum())} {label}" for label, rows in per_model.items())
+    return (f"TDA paper Fig. 5 (App. B.3): Pearson correlation between the two views' weights (hook_view_1, "
+            f"hook_view_2) over causal entries, per layer (mean over heads), for trained {one(data, 'specimen')} and "
+            f"an untrained model of the same config (seed 0); mean over {int(data.n.min())} iid sequences of T = "
+            f"{one(data, 'seq_len')}, error bars the 95% t interval of the mean. {layers} (the paper, mean over "
+            f"layers: trained {PAPER_CROSS_VIEW['trained']}, untrained {PAPER_CROSS_VIEW['untrained']}). Head and "
+            f"sequence pairs with a constant (e.g. all-zero) view have no correlation and are left out: {constant}.")
 
 
 @register("cross_view", {
     "05_cross_view_correlation": "Correlation of TDA's two views, trained and untrained (TDA paper Fig. 5)",
 })
-def figure_cross_view(load: Loader) -> list[PaperFigure]:
-    """TDA paper Fig. 5: cross-view correlation per layer, trained tda-mech vs the same config
-    freshly initialised (seed 0)."""
+def figure_cross_view(load: Loader, n_samples: int = N_SAMPLES) -> list[PaperFigure]:
+    """TDA paper Fig. 5: cross-view correlation per layer, the TDA specimen against the same
+    config freshly initialised (seed 0), each sequence of ``n_samples`` a sample."""
     trained = load(TDA)
     with torch.random.fork_rng():
         torch.manual_seed(0)
         untrained = models.build_model(trained.cfg).eval()
-    tokens = load_split("iid", N_SEQUENCES)
-    frames = []
-    for label, model in (("trained", trained), ("untrained", untrained)):
-        _, maps = capture_maps(model, tokens, ["view_1", "view_2"])
-        frames.append(cross_view_correlation(maps["view_1"], maps["view_2"]).assign(model=label))
-    data = pd.concat(frames, ignore_index=True)
-    means = {label: "undefined" if np.isnan(r) else f"{r:.3g}"
-             for label, r in data.groupby("model").value.mean().items()}
-    constant = data.groupby("model").constant_view.sum()
-    caption = (f"TDA paper Fig. 5 (App. B.3): Pearson correlation between the two views' weights (hook_view_1, "
-               f"hook_view_2) over causal entries, per layer, for trained {TDA} and an untrained model of the same "
-               f"config (seed 0), on {N_SEQUENCES} iid sequences. Mean over layers: trained {means['trained']}, "
-               f"untrained {means['untrained']} (the paper: 0.1231 and 0.0752). Heads with a constant (e.g. "
-               f"all-zero) view have no correlation and no bar: {int(constant['trained'])} trained, "
-               f"{int(constant['untrained'])} untrained.")
-    return [PaperFigure("05_cross_view_correlation", caption,
-                        lambda b: plots.correlation_chart(data, series="model", backend=b), data)]
+    variants = {"trained": trained, "untrained": untrained}
+
+    def correlation(maps, label):
+        return cross_view_correlation(maps["view_1"], maps["view_2"])
+
+    samples = per_sequence(variants.__getitem__, {label: ["view_1", "view_2"] for label in variants},
+                           [CANONICAL_SEQ_LEN], n_samples, correlation)
+    per_layer = samples.groupby(["model", "layer", "seq"], sort=False).agg(
+        value=("value", "mean"), constant_views=("constant_view", "sum")).reset_index()
+    data = mean_interval(per_layer, ["model", "layer"], "value").merge(
+        per_layer.groupby(["model", "layer"]).constant_views.sum().reset_index(), on=["model", "layer"])
+    data = data.assign(specimen=TDA, seq_len=CANONICAL_SEQ_LEN)
+    return [paper_figure("05_cross_view_correlation", data,
+                         lambda b: plots.chart(data, "layer", "mean", series="model", kind="bar",
+                                               interval=("mean_low", "mean_high"), title="Cross-view correlation",
+                                               ylabel="Pearson r (mean, 95% CI)", backend=b))]
+
+
+@caption("06_logit_tails")
+def caption_logit_tails(data: pd.DataFrame) -> str:
+    top = data[data.k == data.k.max()]
+    return (f"TDA paper Table 7 (App. B.1): empirical P(|s| > k sigma) of {one(data, 'model')}'s raw logits per layer, "
+            "for both views (hook_scores_1, hook_scores_2: cosines of the L2-normalised q and k, our TDA's s; sigma "
+            f"the layer's standard deviation over causal entries), on {one(data, 'n_sequences')} iid sequences, beside "
+            f"N(0, 1) (dashed). At k = {data.k.max():g}: {top.value.min():.2g} to {top.value.max():.2g} against "
+            f"{top.gaussian.iloc[0]:.2g}. The CSV is the table: one row per layer, view and k.")
 
 
 @register("logit_tails", {"06_logit_tails": "Tails of TDA's attention logits against a Gaussian (TDA paper Table 7)"})
 def figure_logit_tails(load: Loader, ks: Sequence[float] = (2, 3, 4)) -> list[PaperFigure]:
-    """TDA paper Table 7: P(|s| > k sigma) of tda-mech's raw logits per layer and view."""
+    """TDA paper Table 7: P(|s| > k sigma) of the TDA specimen's raw logits per layer and view."""
     _, maps = capture_maps(load(TDA), load_split("iid", N_SEQUENCES), ["scores_1", "scores_2"])
     data = pd.concat([tail_probabilities(maps[hook], ks, name=hook) for hook in ("scores_1", "scores_2")],
-                     ignore_index=True)
+                     ignore_index=True).assign(model=TDA, n_sequences=N_SEQUENCES)
     data["layer_scores"] = "L" + data.layer.astype(str) + " " + data["map"]
-    top = data[data.k == max(ks)]
-    caption = (f"TDA paper Table 7 (App. B.1): empirical P(|s| > k sigma) of {TDA}'s raw logits per layer, for both "
-               "views (hook_scores_1, hook_scores_2: cosines of the L2-normalised q and k, our TDA's s; sigma the "
-               f"layer's standard deviation over causal entries), on {N_SEQUENCES} iid sequences, beside N(0, 1) "
-               f"(dashed). At k = {max(ks):g}: {top.value.min():.2g} to {top.value.max():.2g} against "
-               f"{top.gaussian.iloc[0]:.2g}. The CSV is the table: one row per layer, view and k.")
-    return [PaperFigure("06_logit_tails", caption,
-                        lambda b: plots.tail_chart(data, series="layer_scores", backend=b), data)]
+    return [paper_figure("06_logit_tails", data, lambda b: plots.tail_chart(data, series="layer_scores", backend=b))]

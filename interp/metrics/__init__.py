@@ -4,7 +4,8 @@ capture of the maps they read.
 ``attention``: maps ``[batch, head, query_pos, key_pos]`` (or ``{layer: map}``) -> tidy frames
 (TDA paper Sec. 3, App. B, App. E.1). ``probes``: flip-flop reads, glitches, and attention on
 the last write's bit wherever the model moved it, or on the write itself (flip-flop paper Fig. 5,
-12, 14). ``capture``: running a model for its maps, collected or streamed layer by layer.
+12, 14). ``anatomy``: where the final layer looks at each read and which logit term decided it, and the
+intervals of shares and means (Wilson, t). ``capture``: running a model for its maps, collected or streamed layer by layer.
 Nothing here imports ``models``.
 """
 
@@ -12,6 +13,11 @@ from interp.metrics.attention import (
     EPS, Maps, by_layer, cache_maps, causal, cross_view_correlation, dispersion, effective_entropy,
     entropy_summary, gaussian_tail, inhibition, l1_normalised, magnitudes, max_abs_weight, sink_eps, sink_ratio,
     sparsity, summarise, survivor_counts, survivor_growth, survivor_scaling, tail_probabilities, zero_rows,
+)
+from interp.metrics.anatomy import (
+    DESTINATIONS, LOSING_TERMS, OTHER, RECENT_TOKENS, REGIONS, SPREAD, attention_destinations, destination,
+    growth_exponent, key_regions, logit_split, mean_interval, region_masses, retrieval_head, share_table,
+    wilson_interval,
 )
 from interp.metrics.capture import DEFAULT_LENGTHS, MissingHookError, capture_maps, heatmap_window
 from interp.metrics.probes import (

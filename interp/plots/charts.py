@@ -15,6 +15,10 @@ from interp.plots.describe import Chart, ChartPanel, FigureSize, Series
 from interp.plots.layout import AxisStyle
 from interp.plots.render import draw
 
+# The traces' colours where they are set rather than left to the backend (matplotlib's tab10).
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf")
+
 
 def series_traces(data: pd.DataFrame, series: str | None) -> list[tuple[str | None, pd.DataFrame]]:
     """``(trace name, rows)`` per value of ``series`` in sorted order: the value itself
@@ -28,11 +32,14 @@ def series_traces(data: pd.DataFrame, series: str | None) -> list[tuple[str | No
 
 
 def chart(frame: pd.DataFrame, x: str, y: str = "value", *, series: str | None = None, kind: str = "line",
-          reference: tuple[Sequence, Sequence, str] | None = None, title: str = "", xlabel: str | None = None,
-          ylabel: str | None = None, log_x: bool = False, log_y: bool = False, backend: str = "plotly"):
+          reference: tuple[Sequence, Sequence, str] | None = None, interval: tuple[str, str] | None = None,
+          title: str = "", xlabel: str | None = None, ylabel: str | None = None, log_x: bool = False,
+          log_y: bool = False, backend: str = "plotly"):
     """A line or grouped-bar chart of a tidy frame, one trace per value of ``series`` (named as
     :func:`series_traces` says; the legend has no title), with an optional dashed
     ``reference`` = (xs, ys, label) (the uniform baseline, the Gaussian tail, linear growth).
+    ``interval`` = (low column, high column): each y's interval (a 95% interval, say), a band
+    around a line in its colour, an error bar on a bar.
     The x values are sorted; an ordered ``pd.Categorical`` keeps its own order. The axes read
     as :class:`~interp.plots.layout.AxisStyle` says: a log x axis is labelled at the x values
     themselves. Lines have dots on their points where there are at most 32 (a long line, one
@@ -45,10 +52,15 @@ def chart(frame: pd.DataFrame, x: str, y: str = "value", *, series: str | None =
     categories = list(dict.fromkeys(data[x]))          # sorted above, categories in their order
     xaxis = (AxisStyle.of([*data[x], *reference_x], xlabel, log_x, measured=True) if kind == "line"
              else AxisStyle(xlabel, categories=categories))
-    yaxis = AxisStyle.of([*data[y], *reference_y], ylabel, log_y)
+    bounds = [*data[interval[0]], *data[interval[1]]] if interval else []
+    yaxis = AxisStyle.of([*data[y], *reference_y, *bounds], ylabel, log_y)
     markers = len(categories) <= 32
-    traces = [Series(name, rows[x].tolist(), rows[y].tolist(), kind, markers, clip=not yaxis.from_zero)
-              for name, rows in series_traces(data, series)]
+    traces = [Series(name, rows[x].tolist(), rows[y].tolist(), kind, markers, clip=not yaxis.from_zero,
+                     # a band must have its line's colour, so both backends are told it
+                     colour=PALETTE[n % len(PALETTE)] if interval else None,
+                     low=rows[interval[0]].tolist() if interval else None,
+                     high=rows[interval[1]].tolist() if interval else None)
+              for n, (name, rows) in enumerate(series_traces(data, series))]
     if reference:
         traces.append(Series(reference[2], reference_x, reference_y, "reference", hover=False))
     return draw(Chart([ChartPanel(traces, xaxis, yaxis)], title, legend=bool(series or reference)), backend)

@@ -27,15 +27,18 @@ class HeatmapGrid:
     size: GridSize
     xlabel: str = "key"
     ylabel: str = "query"
+    value_label: str = "attention weight"
 
     @classmethod
     def of(cls, maps: Mapping[str, torch.Tensor], axis: TokenAxis, causal: bool = True, signed: bool | None = None,
-           ncols: int | None = None, shared_scale: bool | str = False) -> HeatmapGrid:
-        """``{title: [query_pos, key_pos] map}`` cut to ``axis`` (see :func:`interp.plots.heatmap_grid`)."""
+           ncols: int | None = None, shared_scale: bool | str = False,
+           value_label: str = "attention weight") -> HeatmapGrid:
+        """``{title: [query_pos, key_pos] map}`` cut to ``axis`` (see :func:`interp.plots.heatmap_grid`);
+        ``value_label`` names what the colour bars measure."""
         panels = [Panel.of(title, m, axis, causal, signed) for title, m in maps.items()]
         ncols = ncols or min(len(panels), 4)
         return cls(panels, axis, ncols, colour_scales(panels, ncols, shared_scale),
-                   GridSize.of(len(panels), ncols, len(axis.positions), shared_scale))
+                   GridSize.of(len(panels), ncols, len(axis.positions), shared_scale), value_label=value_label)
 
     @property
     def nrows(self) -> int:
@@ -50,8 +53,10 @@ class HeatmapGrid:
 class Series:
     """One trace of a chart: a ``"line"`` (with ``markers`` on its points; ``clip=False`` lets a
     marker at an axis' edge show whole), a group of ``"bar"`` (one per x category, with
-    ``error`` bars), or a dashed black ``"reference"`` line. ``colour=None``: the backend's next
-    colour. ``hover``: hovering names the point by the axis labels. ``legend``: listed there."""
+    ``error`` bars), or a dashed black ``"reference"`` line. ``low`` and ``high``: an interval
+    around each y (a 95% interval, say), a shaded band around a line, an error bar on a bar.
+    ``colour=None``: the backend's next colour. ``hover``: hovering names the point by the axis
+    labels. ``legend``: listed there."""
 
     name: str | None
     x: list
@@ -63,6 +68,8 @@ class Series:
     colour: str | None = None
     hover: bool = True
     legend: bool = True
+    low: list | None = None
+    high: list | None = None
 
 
 @dataclass

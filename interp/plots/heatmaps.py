@@ -19,7 +19,8 @@ from interp.plots.render import draw
 def heatmap_grid(panels: Mapping[str, torch.Tensor], tokens=None, *, labels: Sequence[str] | None = None,
                  wrong: Iterable[int] = (), window: tuple[int, int] | None = None, stride: int = 1,
                  causal: bool = True, signed: bool | None = None, shared_scale: bool | str = False,
-                 ncols: int | None = None, max_ticks: int | None = None, backend: str = "plotly"):
+                 ncols: int | None = None, max_ticks: int | None = None, value_label: str = "attention weight",
+                 backend: str = "plotly"):
     """A grid of ``[query_pos, key_pos]`` maps of one sequence, ``{title: map}``, row-major.
 
     ``tokens``/``labels``/``wrong``/``window``/``stride``/``max_ticks``: see
@@ -29,8 +30,8 @@ def heatmap_grid(panels: Mapping[str, torch.Tensor], tokens=None, *, labels: Seq
     negative value). ``shared_scale``: one colour range and colour bar for all panels (``True``:
     maps of one kind, e.g. all heads' patterns), per row (``"rows"``: panels compared side by
     side) or per column (``"columns"``: one kind of map per column); a shared range is diverging
-    when any of its panels is signed. Each panel is :func:`interp.plots.layout.panel_px` pixels
-    square.
+    when any of its panels is signed. ``value_label``: what the colour bars measure (the maps'
+    hook, say). Each panel is :func:`interp.plots.layout.panel_px` pixels square.
     """
     if not panels:
         raise ValueError("no maps to plot")
@@ -38,7 +39,7 @@ def heatmap_grid(panels: Mapping[str, torch.Tensor], tokens=None, *, labels: Seq
     if len(shapes) != 1:
         raise ValueError(f"the maps differ in shape: {sorted(shapes)}")
     axis = token_axis(shapes.pop()[-1], tokens, labels, wrong, window, stride, max_ticks)
-    return draw(HeatmapGrid.of(panels, axis, causal, signed, ncols, shared_scale), backend)
+    return draw(HeatmapGrid.of(panels, axis, causal, signed, ncols, shared_scale, value_label), backend)
 
 
 def heatmap(m, tokens=None, *, title: str = "", **options):

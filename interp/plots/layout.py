@@ -218,8 +218,9 @@ def log_ticks(values: Iterable[float], measured: bool = False) -> tuple[list[flo
     """Ticks for a log axis over ``values``, and the range that shows them (None: the data's).
 
     ``measured`` values (the lengths a sweep ran at) are their own ticks when there are at most
-    ``MAX_LOG_TICKS``; otherwise the ticks are the 1-2-5 steps within the values (powers of 10
-    where those are too many), or the two steps around them when fewer than two fall inside.
+    ``MAX_LOG_TICKS``; otherwise the ticks are the 1-2-5 steps (powers of 10 where those are
+    too many) from the step at or below the smallest value to the step at or above the largest,
+    and the axis spans those two: every value lies within one step of a tick.
     """
     positive = np.unique([v for v in map(float, values) if math.isfinite(v) and v > 0])
     if not positive.size:
@@ -230,13 +231,12 @@ def log_ticks(values: Iterable[float], measured: bool = False) -> tuple[list[flo
     decades = range(math.floor(math.log10(lo)), math.floor(math.log10(hi)) + 2)
     for mantissas in ((1, 2, 5), (1,)):
         steps = [m * 10.0 ** e for e in decades for m in mantissas]
-        inside = [v for v in steps if lo <= v <= hi]
-        if len(inside) < 2:
-            around = [max(v for v in steps if v <= lo), min(v for v in steps if v >= hi)]
-            return around, (around[0], around[1])
-        if len(inside) <= MAX_LOG_TICKS:
-            return inside, None
-    return inside[::math.ceil(len(inside) / MAX_LOG_TICKS)], None
+        ends = (max(v for v in steps if v <= lo), min(v for v in steps if v >= hi))
+        ticks = [v for v in steps if ends[0] <= v <= ends[1]]
+        if len(ticks) <= MAX_LOG_TICKS:
+            return ticks, ends
+    every = math.ceil((len(ticks) - 1) / (MAX_LOG_TICKS - 1))
+    return ticks[::every] if (len(ticks) - 1) % every == 0 else [*ticks[::every], ticks[-1]], ends
 
 
 @dataclass

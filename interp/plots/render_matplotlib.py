@@ -44,7 +44,8 @@ def heatmap_grid(grid: HeatmapGrid) -> StaticFigure:
     mark_area = min(12.0, MPL_PT_PER_PX * grid.cell_px) ** 2
     for scale in grid.scales:
         cmap, norm = matplotlib.colormaps[scale.colours[0]], Normalize(scale.lo, scale.hi)
-        fig.colorbar(ScalarMappable(norm, cmap), ax=[axes[i] for i in scale.panels], shrink=0.85)
+        fig.colorbar(ScalarMappable(norm, cmap), ax=[axes[i] for i in scale.panels], shrink=0.85,
+                     label=grid.value_label)
         for n in scale.panels:
             panel, ax = grid.panels[n], axes[n]
             rgba = cmap(norm(np.nan_to_num(panel.values)))
@@ -92,11 +93,17 @@ def draw_panel(ax, panel: ChartPanel) -> None:
     width = 0.8 / max(1, len(panel.bars))
     for series in panel.series:
         x = [place[v] for v in series.x] if place else series.x
+        interval = series.low is not None and series.high is not None
         if series.kind == "line":
-            ax.plot(x, series.y, marker="o" if series.markers else None, label=series.name, clip_on=series.clip)
+            line, = ax.plot(x, series.y, marker="o" if series.markers else None, label=series.name,
+                            clip_on=series.clip, color=series.colour)
+            if interval:
+                ax.fill_between(x, series.low, series.high, color=line.get_color(), alpha=0.2, linewidth=0)
         elif series.kind == "bar":
             offset = (panel.bars.index(series) - (len(panel.bars) - 1) / 2) * width
-            ax.bar([p + offset for p in x], series.y, width, yerr=series.error, color=series.colour,
+            error = (np.vstack([np.subtract(series.y, series.low), np.subtract(series.high, series.y)]).clip(min=0)
+                     if interval else series.error)
+            ax.bar([p + offset for p in x], series.y, width, yerr=error, color=series.colour,
                    label=series.name, capsize=2)
         else:
             ax.plot(x, series.y, "k--", marker="_", markersize=14, label=series.name)
@@ -129,8 +136,9 @@ def value_grid(grid: ValueGrid) -> StaticFigure:
         ax.text(j, i, label, ha="center", va="center", fontsize=7, color=grid.text_colour[i, j])
     ax.set_xticks(range(len(grid.columns)), grid.columns)
     ax.set_yticks(range(len(grid.rows)), grid.rows)
-    ax.set(title=grid.title, xlabel=grid.xlabel, ylabel=grid.ylabel)
-    fig.colorbar(ScalarMappable(norm, cmap), ax=ax, shrink=0.85)
+    ax.set(xlabel=grid.xlabel, ylabel=grid.ylabel)
+    fig.suptitle(grid.title)    # over the whole figure, colour bar included: over the axes alone it was cut off
+    fig.colorbar(ScalarMappable(norm, cmap), ax=ax, shrink=0.85, label=grid.names[2])
     return fig
 
 

@@ -55,7 +55,8 @@ def heatmap_grid(grid: HeatmapGrid) -> go.Figure:
         x1 = max(domains[i].xaxis.domain[1] for i in scale.panels)
         top = max(domains[i].yaxis.domain[1] for i in scale.panels)
         colorbars[scale.panels[-1]] = dict(x=x1 + 8 / size.plot_width, xanchor="left", y=top, yanchor="top",
-                                           len=size.side / size.plot_height, thickness=10)
+                                           len=size.side / size.plot_height, thickness=10,
+                                           title=dict(text=grid.value_label, side="right"))
         scale_of |= dict.fromkeys(scale.panels, scale)
     for n, panel in enumerate(grid.panels):
         row, col = n // ncols + 1, n % ncols + 1
@@ -100,9 +101,21 @@ def series_trace(series: Series, panel: ChartPanel):
         trace.update(marker_color=series.colour)
     if series.error is not None:
         trace.update(error_y=dict(array=series.error))
+    if series.kind == "bar" and series.low is not None and series.high is not None:
+        trace.update(error_y=dict(type="data", symmetric=False, array=np.subtract(series.high, series.y),
+                                  arrayminus=np.subtract(series.y, series.low)))
     if not series.legend:
         trace.update(showlegend=False)
     return trace
+
+
+def band_trace(series: Series) -> go.Scatter:
+    """The shaded interval of a line, ``low`` to ``high``, one closed shape in the line's colour."""
+    colour = series.colour or "#888888"
+    red, green, blue = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return go.Scatter(x=[*series.x, *series.x[::-1]], y=[*series.high, *series.low[::-1]], fill="toself",
+                      fillcolor=f"rgba({red}, {green}, {blue}, 0.2)", line=dict(width=0), hoverinfo="skip",
+                      showlegend=False, name=f"{series.name} interval")
 
 
 def chart(description: Chart) -> go.Figure:
@@ -115,6 +128,8 @@ def chart(description: Chart) -> go.Figure:
         where = [dict(row=row, col=1) for row in range(1, len(panels) + 1)]
     for panel, place in zip(panels, where):
         for series in panel.series:
+            if series.kind == "line" and series.low is not None and series.high is not None:
+                fig.add_trace(band_trace(series), **place)
             fig.add_trace(series_trace(series, panel), **place)
         fig.update_xaxes(**axis_settings(panel.xaxis), **place)
         fig.update_yaxes(**axis_settings(panel.yaxis), **place)
@@ -128,6 +143,7 @@ def value_grid(grid: ValueGrid) -> go.Figure:
     row, column, value = grid.names
     fig = go.Figure(go.Heatmap(z=grid.values, x=grid.columns, y=grid.rows, colorscale=grid.scale.colours[1], zmid=0,
                                zmin=grid.scale.lo, zmax=grid.scale.hi, text=grid.text, texttemplate="%{text}",
+                               colorbar=dict(title=dict(text=value, side="right")),
                                hoverongaps=False,
                                hovertemplate=f"{row} %{{y}}<br>{column} %{{x}}<br>{value} %{{z:.3f}}<extra></extra>"))
     fig.update_xaxes(type="category", title_text=grid.xlabel)
