@@ -20,8 +20,11 @@ over heads per layer (the max for ``max_abs_weight``). NaN is written as null.
   layers and heads, and the fraction of heads whose mean mass on the key exceeds
   ``settings.sink_eps`` (key positions 0-indexed: the paper's gSinkRatio(1) is key 0).
 - ``survivor_scaling``: ``{"<T>": {"survivors", "growth", "linear_reference"}}``: the
-  pattern's survivors per query (mean over layers), and their growth and a linear O(n)
-  growth relative to the shortest run length.
+  pattern's survivors per query (mean over layers), and their growth factor and a linear O(n)
+  growth relative to the shortest run length (a factor that depends on the lengths run).
+- ``survivor_exponent``: ``{"overall", "per_layer"}``: the slope of log survivors against log T
+  over the run lengths (:func:`interp.metrics.growth_exponent`; 1 linear, 0 flat), per layer and
+  its mean: the number figure 04 of ``glitchlens figures`` reports, whatever the lengths.
 - ``cross_view_correlation``: ``{"<T>": {"overall", "per_layer", "constant_views"}}``.
 - ``tail_probabilities``: ``{"<T>": {"<k>": {"overall", "per_layer", "gaussian"}}}``.
 - ``bit_carrier``: ``{"length", "min_share", "per_layer": [{layer, head, argmax_rate, weight}]}``,
@@ -48,8 +51,8 @@ import pandas as pd
 
 from interp.diagnose.run import LengthRun
 from interp.metrics import (
-    MIN_CARRIER_SHARE, bit_carrier_summary, heatmap_window, last_write_summary, read_table, sink_eps, summarise,
-    survivor_growth,
+    MIN_CARRIER_SHARE, bit_carrier_summary, growth_exponent, heatmap_window, last_write_summary, read_table, sink_eps,
+    summarise, survivor_growth,
 )
 
 FRAME_COLUMNS = ["layer", "head", "metric", "value", "map", "seq_len"]
@@ -57,7 +60,7 @@ INTEGER_COLUMNS = ("layer", "head", "seq_len", "key_pos", "query_pos", "dependen
                    "n_entries")
 ATTENTION_FIELDS = (
     "lengths", "maps", "sparsity", "survivors", "max_abs_weight", "effective_entropy", "dispersion_ratio",
-    "zero_row_fraction", "gsink_ratio", "sink_eps", "survivor_scaling", "cross_view_correlation",
+    "zero_row_fraction", "gsink_ratio", "sink_eps", "survivor_scaling", "survivor_exponent", "cross_view_correlation",
     "tail_probabilities", "bit_carrier", "last_write", "heatmap",
 )
 FIELDS = ("checkpoint", "model", "config", "settings", "evaluation", "glitches", "error_by_dependency",
@@ -92,10 +95,12 @@ class Diagnosis:
         rows += [(f"sparsity, {name} (T={T})", _num(m["sparsity"][name][T]["overall"]), _layers(m["sparsity"][name][T]))
                  for name in m["maps"]]
         rows += [
-            ("survivors per query", _num(at["survivors"]["overall"]),
+            ("survivors per query (keys with a non-zero weight)", _num(at["survivors"]["overall"]),
              f"dense would be {(int(T) + 1) / 2:g}; {_layers(at['survivors'])}"),
-            (f"survivor growth, T={min(m['lengths']['run'])} to {longest}", _num(growth["growth"]),
+            (f"survivor growth factor, T={min(m['lengths']['run'])} to {longest}", _num(growth["growth"]),
              f"linear would be {_num(growth['linear_reference'])}"),
+            ("survivor growth exponent", _num(m["survivor_exponent"]["overall"]),
+             f"log-log slope over T; 1 = linear, 0 = flat; {_layers(m['survivor_exponent'])}"),
             ("effective entropy (nats)", _num(at["effective_entropy"]["overall"]), _layers(at["effective_entropy"])),
             ("dispersion ratio", _num(at["dispersion_ratio"]["overall"]), "1 = uniform, 0 = one key"),
             (f"gSinkRatio, key {key}", _num(m["gsink_ratio"][T][key]),
@@ -173,6 +178,8 @@ def attention_summary(frame: pd.DataFrame, sink_threshold: float) -> dict:
         "survivor_scaling": {_key(T): {"survivors": at.value.mean(), "growth": at.growth.mean(),
                                        "linear_reference": at.linear_reference.iloc[0]}
                              for T, at in scaling.groupby("seq_len")},
+        "survivor_exponent": _overall_and_layers(growth_exponent(scaling, ["layer"]).rename(
+            columns={"exponent": "value"})),
         "cross_view_correlation": None if correlations.empty else {
             _key(T): {**_overall_and_layers(at), "constant_views": int(at.constant_view.sum())}
             for T, at in correlations.groupby("seq_len")},
