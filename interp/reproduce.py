@@ -143,14 +143,18 @@ def train_and_evaluate(run_dir: Path, run_configs: tuple, header: dict, eval_n: 
     return result
 
 
+def check_configs(models: tuple[str, ...], scale: Scale) -> None:
+    """Build the configs of every run of a sweep, so that a bad name (a model, a recipe) fails
+    before the first run starts rather than after the others."""
+    for model in models:
+        configs(model, 0, scale)
+
+
 def sweep(out: Path, scale: Scale, models: tuple[str, ...], seeds: int, jobs: int,
           ray_address: str | None = None) -> list[dict]:
     """Every (model, seed) of ``scale`` under ``out/runs``, ``jobs`` at a time or on the Ray cluster
     at ``ray_address``; finished runs are read back, unfinished ones resume. Results in ``models``
-    order, then by seed; raises ``interp.sweeps.SweepFailed`` after the last run if any failed. Every
-    run's configs are built first, so a bad name (a model, a recipe) fails before any run starts."""
-    for model in models:
-        configs(model, 0, scale)
+    order, then by seed; raises ``interp.sweeps.SweepFailed`` after the last run if any failed."""
     (out / "runs").mkdir(parents=True, exist_ok=True)
     # seed by seed, in the order of ``models``, so that an interrupted sweep has every model's
     # first seeds, and the runs wanted first (the specimens) come first when named first
@@ -174,6 +178,7 @@ def reproduce_table1(out: str | Path, scale: str | Scale = "cpu", seeds: int = 3
     have finished, training nothing."""
     scale = SCALES[scale] if isinstance(scale, str) else scale
     out = Path(out)
+    check_configs(models, scale)
     results = sweep(out, scale, models, seeds, jobs, ray_address) if train else finished_runs(out, models, seeds)
     if not results:
         raise ValueError(f"no finished run under {out / 'runs'}: run the sweep first (without --report-only)")
@@ -239,8 +244,7 @@ def reproduce_recipes(out: str | Path, recipes: tuple[str, ...], models: tuple[s
     scale = SCALES[scale] if isinstance(scale, str) else scale
     out = Path(out)
     for recipe in recipes:  # every name checked before the first sweep starts
-        for model in models:
-            configs(model, 0, replace(scale, recipe=recipe))
+        check_configs(models, replace(scale, recipe=recipe))
     rows = []
     for recipe in recipes:
         for r in sweep(out / recipe, replace(scale, recipe=recipe), models, seeds, jobs, ray_address):

@@ -93,7 +93,7 @@ def render_html(title: str, meta: list[str], sections: list[Section], figures: d
                 else "".join(f'<div class="figure">{b}</div>' for b in s.body))
         parts.append(f'<section id="s{i}"><h2>{html.escape(s.title)}</h2><p class="what">{s.text}</p>{body}</section>')
     source = get_plotlyjs() + "\nwindow.reportFigures = " + json.dumps(figures, separators=(",", ":")) + ";\n"
-    payload = base64.b64encode(gzip.compress(source.encode(), compresslevel=9, mtime=0)).decode("ascii")
+    payload = base64.b64encode(gzip.compress(source.encode(), compresslevel=6, mtime=0)).decode("ascii")
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f'<style>{STYLE}</style></head><body>'
             f'<h1>{html.escape(title)}</h1>{"".join(f"<p class=meta>{m}</p>" for m in meta)}<nav>{nav}</nav>'
