@@ -148,11 +148,12 @@ def cmd_eval(args) -> int:
     return 0
 
 
-def _print_table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+def _print_table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]],
+                 caption: str | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title)
+    table = Table(title=title, caption=caption)
     for col in columns:
         table.add_column(col, justify="right")
     for row in rows:
@@ -196,7 +197,7 @@ def cmd_explain(args) -> int:
 
 def cmd_hunt(args) -> int:
     from interp.evaluate import checkpoint_task
-    from interp.hunt import hunt, overview_rows, shortest_rows, write_hunt
+    from interp.hunt import OVERVIEW_COLUMNS, OVERVIEW_NOTE, hunt, overview_rows, shortest_rows, write_hunt
     from models import load, read_config
 
     checkpoint = checkpoint_dir(args.checkpoint)
@@ -214,8 +215,7 @@ def cmd_hunt(args) -> int:
         print(json.dumps(result.summary(), indent=2))
         return 0
     _print_table(f"{args.checkpoint} ({model.cfg.model}): glitch hunt, at most {args.budget} sequences per method",
-                 ("method", "from", "scored", "failing seqs", "read errors", "seq errors", "types"),
-                 overview_rows(result))
+                 OVERVIEW_COLUMNS, overview_rows(result), caption=OVERVIEW_NOTE)
     shortest = shortest_rows(result)
     _print_table("shortest failing sequence per error type",
                  ("type", "method", "length", "read at", "gap", "stale write at"), [row[:-1] for row in shortest])
