@@ -161,7 +161,8 @@ def caption_glitch_attention(data: pd.DataFrame) -> str:
     parts = []
     for (name, split), rows in wrong.groupby(["model", "split"], sort=False):
         top = rows.sort_values("share", ascending=False, kind="stable").iloc[0]
-        parts.append(f"{name} {split} ({int(top.n)} wrong reads in {one(rows, 'n_sequences')} sequences): "
+        parts.append(f"{name} {split} ({int(top.n)} wrong read{'s' if top.n != 1 else ''} in "
+                     f"{one(rows, 'n_sequences')} sequences): "
                      f"{top.destination} {percent(top.share, top.share_low, top.share_high)}")
     return ("Glitch anatomy: where the final layer's attention goes at each wrong read of every glitching specimen, "
             f"on the first sequences of sparse and dense (at most {one(data, 'max_sequences')}, scanned in order "
@@ -223,8 +224,14 @@ def figure_glitch_anatomy(load: Loader, n: int = ANATOMY_SEQUENCES, max_wrong: i
     split_data = pd.concat([losing, margins], ignore_index=True).merge(
         terms.groupby(["model", "split"]).agg(n_sequences=("n_sequences", "first"),
                                               head=("head", "first")).reset_index(), on=["model", "split"])
+    return anatomy_figures(destinations, split_data)
+
+
+def anatomy_figures(destinations: pd.DataFrame, split_data: pd.DataFrame) -> list[PaperFigure]:
+    """12a and 12b from their data (the frames their CSVs hold)."""
     wrong = destinations[(destinations.reads == "wrong") & (destinations.n >= MIN_SHOWN)]
     wrong = wrong.assign(specimen=short_name(wrong, ["split"]))
+    losing = split_data[split_data.metric == "losing_term"]
     shown_terms = losing.assign(reads_of=short_name(losing, ["split", "reads"]))
     return [
         paper_figure("12a_glitch_attention", destinations,
@@ -240,9 +247,10 @@ def figure_glitch_anatomy(load: Loader, n: int = ANATOMY_SEQUENCES, max_wrong: i
 def share_bars(shares: pd.DataFrame, x: str, series: str, title: str, xlabel: str, ylabel: str):
     """``draw(backend)`` of a :func:`~interp.metrics.share_table`: a bar per class of ``series``
     (in the table's order) in each group of ``x``, with its Wilson interval."""
+    # up to 1.3: room above the tallest bars (1) for the legend across the top
     return lambda b: plots.chart(plots.in_given_order(shares, series), x, "share", series=series, kind="bar",
                                  interval=("share_low", "share_high"), title=title, xlabel=xlabel, ylabel=ylabel,
-                                 backend=b)
+                                 y_range=(0, 1.3), legend_above=True, backend=b)
 
 
 def short_name(frame: pd.DataFrame, columns: Sequence[str]) -> pd.Series:

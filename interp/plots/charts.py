@@ -15,6 +15,8 @@ from interp.plots.describe import Chart, ChartPanel, FigureSize, Series
 from interp.plots.layout import AxisStyle
 from interp.plots.render import draw
 
+# Bar labels longer than this in all (two characters of space each) would collide on a chart.
+SLANT_AT_CHARACTERS = 80
 # The traces' colours where they are set rather than left to the backend (matplotlib's tab10).
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
@@ -34,12 +36,15 @@ def series_traces(data: pd.DataFrame, series: str | None) -> list[tuple[str | No
 def chart(frame: pd.DataFrame, x: str, y: str = "value", *, series: str | None = None, kind: str = "line",
           reference: tuple[Sequence, Sequence, str] | None = None, interval: tuple[str, str] | None = None,
           title: str = "", xlabel: str | None = None, ylabel: str | None = None, log_x: bool = False,
-          log_y: bool = False, backend: str = "plotly"):
+          log_y: bool = False, y_range: tuple[float, float] | None = None, legend_above: bool = False,
+          backend: str = "plotly"):
     """A line or grouped-bar chart of a tidy frame, one trace per value of ``series`` (named as
     :func:`series_traces` says; the legend has no title), with an optional dashed
     ``reference`` = (xs, ys, label) (the uniform baseline, the Gaussian tail, linear growth).
     ``interval`` = (low column, high column): each y's interval (a 95% interval, say), a band
-    around a line in its colour, an error bar on a bar.
+    around a line in its colour, an error bar on a bar. ``y_range``: the y axis' span (room above
+    the bars for the legend, say); ``legend_above``: the legend in rows across the top. Bar labels
+    that would collide are slanted.
     The x values are sorted; an ordered ``pd.Categorical`` keeps its own order. The axes read
     as :class:`~interp.plots.layout.AxisStyle` says: a log x axis is labelled at the x values
     themselves. Lines have dots on their points where there are at most 32 (a long line, one
@@ -51,9 +56,12 @@ def chart(frame: pd.DataFrame, x: str, y: str = "value", *, series: str | None =
     xlabel, ylabel = xlabel or x.replace("_", " "), ylabel or y.replace("_", " ")
     categories = list(dict.fromkeys(data[x]))          # sorted above, categories in their order
     xaxis = (AxisStyle.of([*data[x], *reference_x], xlabel, log_x, measured=True) if kind == "line"
-             else AxisStyle(xlabel, categories=categories))
+             else AxisStyle(xlabel, categories=categories,
+                            slanted=sum(len(str(c)) + 2 for c in categories) > SLANT_AT_CHARACTERS))
     bounds = [*data[interval[0]], *data[interval[1]]] if interval else []
     yaxis = AxisStyle.of([*data[y], *reference_y, *bounds], ylabel, log_y)
+    if y_range:
+        yaxis.range = y_range
     markers = len(categories) <= 32
     traces = [Series(name, rows[x].tolist(), rows[y].tolist(), kind, markers, clip=not yaxis.from_zero,
                      # a band must have its line's colour, so both backends are told it
@@ -63,7 +71,8 @@ def chart(frame: pd.DataFrame, x: str, y: str = "value", *, series: str | None =
               for n, (name, rows) in enumerate(series_traces(data, series))]
     if reference:
         traces.append(Series(reference[2], reference_x, reference_y, "reference", hover=False))
-    return draw(Chart([ChartPanel(traces, xaxis, yaxis)], title, legend=bool(series or reference)), backend)
+    return draw(Chart([ChartPanel(traces, xaxis, yaxis)], title, legend=bool(series or reference),
+                      legend_above=legend_above), backend)
 
 
 def _rows(frame: pd.DataFrame, metric: str) -> pd.DataFrame:

@@ -99,13 +99,15 @@ class FigureSize:
 class Chart:
     """Panels one above the other, with x shared when ``shared_x``. One panel shows ``title``
     above its axes; several show it above the figure, each with its own title, and one legend
-    (the first panel's series) for all. ``legend=False``: no legend."""
+    (the first panel's series) for all. ``legend=False``: no legend; ``legend_above``: the legend
+    in rows across the top of the axes (where a ``y_range`` left room), not where it fits best."""
 
     panels: list[ChartPanel]
     title: str
     legend: bool
     size: FigureSize = field(default_factory=lambda: FigureSize(None, (6.4, 4.0)))
     shared_x: bool = False
+    legend_above: bool = False
 
 
 @dataclass

@@ -123,7 +123,7 @@ def chart(description: Chart) -> StaticFigure:
         if description.legend:
             fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper right", fontsize=8)
     elif description.legend:
-        axes[0].legend(fontsize=8)
+        axes[0].legend(fontsize=8, **(dict(loc="upper center", ncols=3) if description.legend_above else {}))
     return fig
 
 

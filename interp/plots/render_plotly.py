@@ -134,6 +134,8 @@ def chart(description: Chart) -> go.Figure:
         fig.update_xaxes(**axis_settings(panel.xaxis), **place)
         fig.update_yaxes(**axis_settings(panel.yaxis), **place)
     fig.update_layout(title=description.title, barmode="group", showlegend=description.legend)
+    if description.legend_above:
+        fig.update_layout(legend=dict(orientation="h", x=0.5, xanchor="center", y=1.0, yanchor="top"))
     if description.size.screen:
         fig.update_layout(width=description.size.screen[0], height=description.size.screen[1])
     return fig
