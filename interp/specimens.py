@@ -84,6 +84,14 @@ def app_a_pair(model: str) -> Specimen:
                     "llama", attention_impl="reference")
 
 
+def app_a_sweep_run(model: str, seq_len: int, seed: int) -> Specimen:
+    """A run of ``glitchlens reproduce app-a`` (``interp.studies``): the App. A layout (2 layers x 1
+    head, d_model 64) with the ``authors-notebook`` recipe, 1000 steps at lr 1e-3, batch 16. The
+    ``*-app-a`` entries are the pair the study's rule chose (seed 0 at T = 512)."""
+    return Specimen(model, "tiny", {"seq_len": seq_len, "batch_size": 16, "steps": 1000, "lr": 1e-3, "seed": seed},
+                    "authors-notebook")
+
+
 def table1(model: str, scale: str) -> Specimen:
     """Seed 0 of ``glitchlens reproduce table1 --scale SCALE``'s run of ``model``: ``cpu`` for the
     ``-mech`` specimens, ``paper`` (the TRA paper's set-up, on the default path: the Triton kernels
@@ -95,6 +103,8 @@ def table1(model: str, scale: str) -> Specimen:
 SPECIMENS: dict[str, Specimen] = {
     "tra-mech": app_a_pair("tra"),
     "fot-mech": app_a_pair("fot"),
+    "tra-app-a": app_a_sweep_run("tra", 512, 0),
+    "fot-app-a": app_a_sweep_run("fot", 512, 0),
     **{f"{model}-mech": table1(model, "cpu") for model in TABLE1_SPECIMENS},
     "automaton-1l": Specimen("rope", "mech", {"task": "automaton", "p_bottom": 0.5, "seq_len": 128, "batch_size": 16,
                                               "steps": 2000, "lr": 1e-3, "seed": 0}, "llama",

@@ -34,7 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from interp.reproduce import LEARNED, QUICK_EVAL_N, SCALES, SPLIT_ORDER, flipflop_evaluation, train_and_evaluate
-from interp.specimens import Specimen
+from interp.specimens import Specimen, app_a_sweep_run
 from interp.sweeps import run_all
 
 # Sequences per split each run is evaluated on: all of iid (1000) and dense (3000), the first
@@ -49,15 +49,10 @@ APP_A_RULE = ("the lowest seed at which both TRA and FoT, trained at T = 512, ha
               "seed has both learn, no pair is shipped from the sweep.")
 
 
-def app_a_run(model: str, seq_len: int, seed: int) -> Specimen:
-    return Specimen(model, "tiny", {"seq_len": seq_len, "batch_size": 16, "steps": 1000, "lr": 1e-3, "seed": seed},
-                    "authors-notebook")
-
-
 def app_a_runs() -> dict[str, Specimen]:
     """Every run of the App. A study, T = 512 first, then seed by seed, so that an interrupted
     sweep has the runs the shipped pair is chosen from."""
-    return {f"{model}-T{seq_len}-seed{seed}": app_a_run(model, seq_len, seed)
+    return {f"{model}-T{seq_len}-seed{seed}": app_a_sweep_run(model, seq_len, seed)
             for seq_len in APP_A_LENGTHS for seed in APP_A_SEEDS for model in APP_A_MODELS}
 
 

@@ -41,6 +41,9 @@ GPU_SPECIMENS = {"tra": "TRA", "fot": "FoT", "rope": "softmax attention with RoP
 ENTRIES: dict[str, Entry] = {
     "tra-mech": Entry("TRA, 2 layers x 1 head, d_model 64, trained at T = 128 (the TRA paper's App. A pair)"),
     "fot-mech": Entry("FoT, 2 layers x 1 head, d_model 64, trained at T = 128 (the TRA paper's App. A pair)"),
+    **{f"{model}-app-a": Entry(f"{what}, 2 layers x 1 head, d_model 64, trained at T = 512 (the App. A pair that the "
+                               "rule of `glitchlens reproduce app-a` chose: seed 0)")
+       for model, what in (("tra", "TRA"), ("fot", "FoT"))},
     **{f"{model}-mech": Entry(f"{what}, 2 layers x 4 heads, d_model 64, trained at T = 512 (Table 1 cpu scale, "
                               "seed 0)")
        for model, what in TABLE1_SPECIMENS.items()},
