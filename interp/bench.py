@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -161,6 +162,36 @@ def bench_kernels(out: str | Path | None = None, budget_s: float = float("inf"),
         if time.perf_counter() - start > budget_s and i + 1 < len(todo):
             return rows, False
     return rows, True
+
+
+def compile_kernels(out: str | None, targets: str, dtype: str | None, d_head: int | None,
+                    defaults_only: bool = False) -> int:
+    """``glitchlens bench kernels --compile-only``: :func:`kernels.aot.compile_matrix` for the
+    comma-separated ``targets``, restricted to ``dtype`` and ``d_head`` when given; prints the
+    table failures first and a summary. Exit status 1 when a configuration the dispatcher picks
+    fails, spills or does not fit (the other candidates are not picked at that dtype and head dim)."""
+    from kernels.aot import DTYPES, compile_matrix, failures_first, problems
+    from kernels.tiles import HEAD_DIMS
+
+    if not out:
+        raise ValueError("bench kernels --compile-only needs --out DIR, the folder for compile.csv and the binaries")
+    chosen = [t.strip() for t in targets.split(",") if t.strip()]
+    try:
+        rows = compile_matrix(out, chosen, (dtype,) if dtype else DTYPES, (d_head,) if d_head else HEAD_DIMS,
+                              defaults_only=defaults_only)
+    except KeyboardInterrupt:
+        print("interrupted: nothing written; Triton's cache keeps what was compiled, so the same command resumes "
+              "quickly", file=sys.stderr)
+        return 130
+    _print_rows(failures_first(rows), f"kernels compiled for {', '.join(chosen)} (spill_bytes: stack and local "
+                                      f"memory per thread, scratch per lane on AMD; shared_bytes per program)")
+    bad = [r for r in rows if problems(r)]
+    bad_defaults = [r for r in bad if r["default"]]
+    print(f"{len(rows)} kernels compiled into {out}: {len(bad)} with a problem, {len(bad_defaults)} of them in a "
+          f"configuration the dispatcher picks" + "".join(
+              f"\n  {r['kernel']} {r['target']} {r['dtype']} d_head {r['d_head']}: {', '.join(problems(r))}"
+              for r in bad_defaults))
+    return 1 if bad_defaults else 0
 
 
 def bench_tiles(checkpoint: str, n: int = 8, seq_len: int = 512) -> list[dict]:
@@ -341,16 +372,26 @@ def run(what: str, args) -> int:
         _print_rows(bench_models(args.repeats),
                     f"training step, mini preset, T=512, batch 8, CPU, {torch.get_num_threads()} threads "
                     "(attention_impl auto: kernels.rows)")
+    elif what == "kernels" and args.cost_model:
+        from kernels.cost import HARDWARE, HEADS, TOKENS, cost_table
+
+        rows = cost_table(d_head=args.d_head or 64, seq_lens=args.seq_lens or None)
+        _print_rows(rows, f"PREDICTED (not measured): causal fwd+bwd of {TOKENS} tokens a batch, {HEADS} heads of "
+                          f"{args.d_head or 64}, bfloat16, roofline at the datasheet peaks "
+                          + "; ".join(f"{gpu} {tflops:g} TFLOP/s, {tbs:g} TB/s" for gpu, (tflops, tbs)
+                                      in HARDWARE.items()))
+    elif what == "kernels" and args.compile_only:
+        return compile_kernels(args.out, args.targets, args.dtype, args.d_head, args.defaults_only)
     elif what == "kernels":
         from kernels.bench import kernel_goals
 
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         where = torch.cuda.get_device_name() if device.type == "cuda" else "the CPU under Triton's interpreter"
+        d_head, dtype = args.d_head or 64, args.dtype or "bfloat16"
         rows, complete = bench_kernels(args.out, args.budget_s, args.seq_lens, tokens=args.tokens,
-                                       d_head=args.d_head, dtype=getattr(torch, args.dtype), repeats=args.repeats,
+                                       d_head=d_head, dtype=getattr(torch, dtype), repeats=args.repeats,
                                        device=device)
-        _print_rows(rows, f"kernels on {where}, {args.dtype}, causal, head dim {args.d_head}, "
-                          f"{args.tokens} tokens per batch")
+        _print_rows(rows, f"kernels on {where}, {dtype}, causal, head dim {d_head}, {args.tokens} tokens per batch")
         _print_rows(kernel_goals(rows), "goals (met: None where these rows do not tell)")
         if not complete:
             print(f"stopped after {args.budget_s:g} s with pairs still to run: run the same command again to go on")

@@ -15,6 +15,7 @@
 Every implementation of an op takes the same arguments as its reference (``tests/test_op_<op>.py``
 compares them, forward and backward). ``kernels/common.py`` holds what they share (the mask
 fill, the causal mask, the suffix sum, TDA's threshold), imports no triton, and ``models``
-imports it; ``kernels.bench`` times the kernels against PyTorch and SDPA. ``kernels`` imports
-neither ``models`` nor ``interp``.
+imports it; ``kernels.bench`` times the kernels against PyTorch and SDPA, ``kernels.aot`` compiles
+them for A100, H100 and MI300 without a GPU and reads their resources, ``kernels.cost`` predicts
+their cost on a GPU. ``kernels`` imports neither ``models`` nor ``interp``.
 """

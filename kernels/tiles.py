@@ -17,6 +17,7 @@ triton is first imported (the test suite does this).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -27,17 +28,55 @@ from kernels.common import interpreting
 HEAD_DIMS = (16, 32, 64, 128)
 
 
+@dataclass(frozen=True)
+class TileConfig:
+    """A kernel's tile sizes (query rows, key rows) and launch options."""
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.block_m}x{self.block_n}-w{self.num_warps}-s{self.num_stages}"
+
+
+# The tile configurations the dispatcher chooses among (:func:`default_tiles`, :func:`key_tile_meta`);
+# ``glitchlens bench kernels --compile-only`` compiles every kernel at each of them for A100, H100
+# and MI300.
+TILE_CONFIGS = (TileConfig(64, 32, 4, 2), TileConfig(32, 32, 4, 2), TileConfig(16, 16, 4, 2),
+                TileConfig(16, 16, 8, 2))
+
+
+def default_tiles(dtype: torch.dtype, d_head: int) -> TileConfig:
+    """The tiles a GPU launch gets, chosen from the compile table (docs/cpu-path-and-kernels.md
+    "Compiled for A100, H100 and MI300"): in half precision 64 x 32 up to head dim 64 and
+    32 x 32 at 128; in float32, whose IEEE products (no TF32) run on the FMA units with each
+    thread holding whole operand rows, 16 x 16 (the dK/dV kernels with twice the warps,
+    :func:`key_tile_meta`). Larger tiles spilled registers on sm_80 or sm_90 (64 x 64, the
+    earlier choice, in most backward kernels)."""
+    if dtype == torch.float32:
+        return TILE_CONFIGS[2]
+    return TILE_CONFIGS[0] if d_head <= 64 else TILE_CONFIGS[1]
+
+
 def launch_meta(dtype: torch.dtype, d_head: int, block_m: int | None, block_n: int | None) -> dict:
     """The compile-time arguments every kernel takes: head dim, dot precision (IEEE for
-    float32 inputs: TF32 would move scores across the thresholds), tile sizes and launch
-    options. Tiles are 64 x 64 on a GPU (not tuned: no GPU was available when this was
-    written), 32 x 32 for float32 with head dim 128 (two-view float32 tiles of 64 would need
-    about 224 KiB of shared memory) and under the interpreter (its programs run one after
-    another on the CPU)."""
-    default = 32 if interpreting() or (dtype == torch.float32 and d_head == 128) else 64
+    float32 inputs: TF32 would move scores across the thresholds), tile sizes (given, or
+    :func:`default_tiles`; 32 x 32 under the interpreter, whose programs run one after another
+    on the CPU) and launch options."""
+    tiles = default_tiles(dtype, d_head)
+    block = (32, 32) if interpreting() else (tiles.block_m, tiles.block_n)
     return {"D": d_head, "PREC": "ieee" if dtype == torch.float32 else "tf32",
-            "BLOCK_M": block_m or default, "BLOCK_N": block_n or default,
-            "num_warps": 8 if d_head == 128 else 4, "num_stages": 2}
+            "BLOCK_M": block_m or block[0], "BLOCK_N": block_n or block[1],
+            "num_warps": tiles.num_warps, "num_stages": tiles.num_stages}
+
+
+def key_tile_meta(meta: dict) -> dict:
+    """:func:`launch_meta` for the dK/dV kernels, whose programs own a key tile and walk the
+    query tiles: in float32 with twice the warps (at four, their IEEE products spilled registers
+    on sm_80 and sm_90 even at 16 x 16 tiles), otherwise the same."""
+    return {**meta, "num_warps": 2 * meta["num_warps"]} if meta["PREC"] == "ieee" else meta
 
 
 def check_heads(*xs: torch.Tensor) -> tuple[int, int, int, int]:

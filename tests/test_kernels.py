@@ -72,3 +72,34 @@ def test_bench_kernels_command_resumes(tmp_path, device, capsys):
     assert frame.peak_mib.isna().all() == (device.type != "cuda"), "peak memory is measured on CUDA only"
     assert (frame.fwd_bwd_vs_sdpa[frame.impl == "sdpa_flash"] == 1).all()
     assert (frame.fwd_bwd_vs_reference[frame.impl == "reference"] == 1).all()
+
+
+@pytest.mark.parametrize("name", ["fot", "trela", "tda"])
+def test_backward_is_deterministic(name, device):
+    """FoT's, trela's and TDA's backward own each dK/dV tile in one program (key-tile-major, no
+    atomics), so two backward passes give bitwise the same gradients (TRA's adds dK and dV
+    with float32 atomics, in whatever order the GPU runs its programs)."""
+    torch.manual_seed(0)
+    inputs, _ = bench.random_inputs(name, 1, 40, 1, 16, torch.float32, device)
+    leaves = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
+    z = bench.KERNELS[name](*inputs)
+    dz = torch.randn_like(z)
+    first, second = (torch.autograd.grad(z, leaves, dz, retain_graph=True) for _ in range(2))
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+def test_cost_model_hand_checked(capsys):
+    """One FoT forward program at T = 64, head dim 64, bf16 (tiles 64 x 32): two key tiles of
+    two 64 x 32 x 64 products each; q, c, k, v, c, z and the log-sum-exp moved once."""
+    from interp.cli import main
+    from kernels import cost
+
+    forward = cost.PASSES["fot"][0]
+    assert cost.pass_cost(forward, 64) == {"flops": 2 * 2 * 64 * 64 * 64, "bytes_once": 64 * (132 + 260 + 132),
+                                           "bytes_streamed": 64 * (132 + 260 + 132)}
+    rows = {(r["kernel"], r["T"]): r for r in cost.cost_table(seq_lens=[16384])}
+    fa2 = rows["fot", 16384]["FA2_H100_ms"]
+    assert fa2 == pytest.approx(32 * 4 * 16384 ** 2 * 64 / 2 * 3.5 / 335e12 * 1e3)
+    assert rows["tda", 16384]["GFLOP"] > rows["fot", 16384]["GFLOP"] > rows["tra", 16384]["GFLOP"]
+    assert main(["bench", "kernels", "--cost-model", "--seq-lens", "512"]) == 0
+    assert "PREDICTED (not measured)" in capsys.readouterr().out

@@ -297,17 +297,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint", nargs="?", help="bench tiles: a trained checkpoint directory")
     p.add_argument("--repeats", type=positive_int, default=3, help="timed runs of each measurement; the best counts")
     p.add_argument("--out", type=output_path, default=None, metavar="CSV",
-                   help="bench kernels: append the rows here, and skip the (kernel, T) pairs it already holds")
+                   help="bench kernels: append the rows here, and skip the (kernel, T) pairs it already holds; "
+                        "with --compile-only a folder for compile.csv and the binaries")
+    p.add_argument("--compile-only", action="store_true",
+                   help="bench kernels: compile every kernel for --targets at every dtype, head dim and tile "
+                        "configuration the dispatcher may choose (no GPU needed), and tabulate registers, spills "
+                        "and shared memory")
+    p.add_argument("--targets", default="sm_80,sm_90,gfx942",
+                   help="bench kernels --compile-only: GPU targets, comma-separated (sm_80 A100, sm_90 H100, "
+                        "gfx942 MI300)")
+    p.add_argument("--defaults-only", action="store_true",
+                   help="bench kernels --compile-only: only the tile configuration the dispatcher picks for each "
+                        "dtype and head dim")
+    p.add_argument("--cost-model", action="store_true",
+                   help="bench kernels: print each kernel's predicted FLOPs, bytes and roofline time on H100 and "
+                        "A100 beside FlashAttention-2's published throughput (predictions: nothing runs)")
     p.add_argument("--budget-s", type=float, default=float("inf"),
                    help="bench kernels: start no new (kernel, T) pair after this many seconds (resume with --out)")
     p.add_argument("--seq-lens", type=positive_int, nargs="+", default=None,
                    help="bench kernels: sequence lengths T (default: 512 ... 16384)")
     p.add_argument("--tokens", type=positive_int, default=16384,
                    help="bench kernels: tokens per batch (batch = tokens / T)")
-    p.add_argument("--d-head", type=int, default=64, help="bench kernels: head dim")
-    p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16",
-                   help="bench kernels: element type (float32 on the CPU only: SDPA's flash backend on CUDA needs "
-                        "half precision)")
+    p.add_argument("--d-head", type=int, default=None,
+                   help="bench kernels: head dim (default 64; with --compile-only all of 16, 32, 64, 128)")
+    p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default=None,
+                   help="bench kernels: element type (default bfloat16; with --compile-only all three; float32 on "
+                        "the CPU only: SDPA's flash backend on CUDA needs half precision)")
     p.add_argument("--models", default=None, help="bench eval: pretrained models, comma-separated (default: all "
                                                   "flip-flop entries)")
     p.add_argument("-n", type=positive_int, default=1024, help="bench eval: first n sequences of the sparse split")

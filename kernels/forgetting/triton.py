@@ -27,9 +27,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.tiles import (causal_tile, check_heads, head_base, load_row, load_tile, online_softmax_step, per_position,
-                           program_tile, rows_base, softmax_delta, softmax_finish, softmax_forward, softmax_tile_grad,
-                           store_row, store_tile)
+from kernels.tiles import (causal_tile, check_heads, head_base, key_tile_meta, load_row, load_tile, online_softmax_step,
+                           per_position, program_tile, rows_base, softmax_delta, softmax_finish, softmax_forward,
+                           softmax_tile_grad, store_row, store_tile)
 
 
 @triton.jit
@@ -130,7 +130,8 @@ class ForgettingAttentionFunction(torch.autograd.Function):
         dq, dk, dv = (torch.empty((B, T, H, D), dtype=q.dtype, device=q.device) for _ in range(3))
         dc_key, dc_query = (torch.empty((B, H, T), dtype=torch.float32, device=q.device) for _ in range(2))
         common = (q.stride(), k.stride(), v.stride(), dz.stride(), dq.stride(), T, H, 1.0 / math.sqrt(D))
-        _bwd_dkdv[(triton.cdiv(T, meta["BLOCK_N"]), B * H)](q, k, v, c, dz, lse, delta, dk, dv, dc_key, *common, **meta)
+        _bwd_dkdv[(triton.cdiv(T, meta["BLOCK_N"]), B * H)](q, k, v, c, dz, lse, delta, dk, dv, dc_key, *common,
+                                                            **key_tile_meta(meta))
         _bwd_dq[(triton.cdiv(T, meta["BLOCK_M"]), B * H)](q, k, v, c, dz, lse, delta, dq, dc_query, *common, **meta)
         return dq, dk, dv, dc_query - dc_key, None, None
 

@@ -36,8 +36,8 @@ import triton
 import triton.language as tl
 
 from kernels.common import threshold
-from kernels.tiles import (causal_tile, check_heads, head_base, launch_meta, load_row, load_tile, program_tile,
-                           rows_base, store_row, store_tile, tile_needed)
+from kernels.tiles import (causal_tile, check_heads, head_base, key_tile_meta, launch_meta, load_row, load_tile,
+                           program_tile, rows_base, store_row, store_tile, tile_needed)
 
 
 @triton.jit
@@ -197,7 +197,7 @@ class ThresholdAttentionFunction(torch.autograd.Function):
                           else (dq1, dk1, dtau))
         strides = (q1.stride(), k1.stride(), q2.stride(), k2.stride(), v.stride(), dz.stride(), dq1.stride(), T, H)
         _bwd_dkdv[(triton.cdiv(T, meta["BLOCK_N"]), B * H)](q1, k1, q2, k2, v, tau, lam, dz, dk1, dk2, dv,
-                                                            *strides, **meta)
+                                                            *strides, **key_tile_meta(meta))
         _bwd_dq[(triton.cdiv(T, meta["BLOCK_M"]), B * H)](q1, k1, q2, k2, v, tau, lam, dz, dq1, dq2, dtau, dlam,
                                                           *strides, **meta)
         if not two:

@@ -1,0 +1,117 @@
+"""Every Triton kernel compiled ahead of time for the GPUs users have (``kernels.aot``), here,
+without a GPU: ``glitchlens bench kernels --compile-only`` run as a separate process, since the
+suite imports triton under its interpreter, which cannot compile. The subset in the default
+run (each kernel's default tiles at d_head 64, bf16 for sm_90 and float32 for sm_80)
+fails on a compile error, a spill or shared memory over the limit; the full matrix is opt-in."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("triton", reason="triton is not installed; the kernel tests need it")
+
+from interp.cli import main  # noqa: E402
+from kernels.aot import COLUMNS, CUOBJDUMP, SHARED_LIMIT, failures_first, problems  # noqa: E402
+from kernels.common import interpreting  # noqa: E402
+
+KERNELS = {"tra_fwd", "tra_bwd", "fot_fwd", "fot_bwd_dkdv", "fot_bwd_dq", "trela_fwd", "trela_bwd_dkdv",
+           "trela_bwd_dq", "tda_fwd", "tda_bwd_dkdv", "tda_bwd_dq"}
+
+
+def compile_only(out, *options: str) -> tuple[subprocess.CompletedProcess, pd.DataFrame]:
+    """``glitchlens bench kernels --compile-only --out OUT OPTIONS`` in a process without
+    ``TRITON_INTERPRET``: its result and compile.csv."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-m", "interp.cli", "bench", "kernels", "--compile-only", "--out",
+                             str(out), *options], capture_output=True, text=True, env=env)
+    csv = out / "compile.csv"
+    return result, (pd.read_csv(csv, keep_default_na=False) if csv.exists() else None)
+
+
+def assert_fit(frame: pd.DataFrame, out) -> None:
+    for row in frame.to_dict("records"):
+        assert not problems(row), f"{row}: {problems(row)}"
+        binary = (out / row["binary"]).read_bytes()
+        assert binary[:4] == b"\x7fELF", f"{row['binary']} is not an ELF object (cubin and hsaco are)"
+
+
+@pytest.fixture(scope="session")
+def default_tiles(tmp_path_factory):
+    """The CI subset, compiled once per session: each kernel's default configuration at d_head 64
+    for sm_90 in bf16 and for sm_80 in float32."""
+    out = tmp_path_factory.mktemp("compiled")
+    runs = [compile_only(out / target, "--defaults-only", "--targets", target, "--dtype", dtype, "--d-head", d)
+            for target, dtype, d in (("sm_90", "bfloat16", "64"), ("sm_80", "float32", "64"))]
+    return out, runs
+
+
+@pytest.mark.integration
+def test_default_tiles_compile_without_spills_within_shared_memory(default_tiles):
+    out, runs = default_tiles
+    for (result, frame), target in zip(runs, ("sm_90", "sm_80")):
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert list(frame.columns) == list(COLUMNS)
+        assert set(frame.kernel) == KERNELS and len(frame) == len(KERNELS)
+        assert frame.default.all() and (frame.target == target).all()
+        assert_fit(frame, out / target)
+        assert "left" in result.stderr, "progress, with what is left, goes to stderr"
+
+
+@pytest.mark.integration
+def test_only_tra_backward_has_atomics(default_tiles):
+    """In the sm_90 machine code, FoT's, trela's and TDA's backward kernels own their dK/dV
+    tiles (no atomic instruction); TRA's adds into dK and dV atomically."""
+    out, ((_, frame), _) = default_tiles
+    backward = frame[frame.kernel.str.contains("_bwd")]
+    atomics = {row.kernel: re.findall(r"\b(?:ATOMG?|REDG?)\.", subprocess.run(
+        [str(CUOBJDUMP), "-sass", str(out / "sm_90" / row.binary)], capture_output=True, text=True, check=True).stdout)
+        for row in backward.itertuples()}
+    assert {kernel for kernel, found in atomics.items() if found} == {"tra_bwd"}
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.skipif(os.environ.get("GLITCHLENS_COMPILE_MATRIX") != "1",
+                    reason="the full compile matrix takes about an hour of CPU: set GLITCHLENS_COMPILE_MATRIX=1")
+def test_full_matrix_default_tiles_fit_every_target(tmp_path):
+    """Every kernel, for sm_80, sm_90 and gfx942, every dtype and head dim, at every candidate
+    configuration: all compile, and the configurations the dispatcher picks neither spill nor
+    exceed shared memory (the command's exit status says the same)."""
+    result, frame = compile_only(tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (frame.status == "ok").all(), frame[frame.status != "ok"]
+    assert set(frame.target) == set(SHARED_LIMIT) and set(frame.kernel) == KERNELS
+    assert_fit(frame[frame.default], tmp_path)
+
+
+def test_failures_first():
+    def row(status, spill, shared):
+        return {"status": status, "spill_bytes": spill, "shared_bytes": shared, "target": "gfx942"}
+
+    rows = [row("ok", 0, 1024), row("ok", 8, 1024), row("CompilationError: boom", None, None),
+            row("ok", 0, 65 * 1024), row("ok", 0, 2048)]
+    assert [problems(r) for r in failures_first(rows)] == [
+        ["compile error"], ["spills"], ["shared memory over the limit"], [], []]
+    assert failures_first(rows)[3]["shared_bytes"] == 1024, "the order within a group is kept"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("options, message", [
+    (["--targets", "sm_75"], "unknown target sm_75: choose among sm_80, sm_90, gfx942"),
+    (["--d-head", "48"], "unknown head dim 48: choose among 16, 32, 64, 128"),
+    (["--targets", ","], "no target given: choose among sm_80, sm_90, gfx942"),
+    pytest.param([], "TRITON_INTERPRET=1 is set", marks=pytest.mark.skipif(
+        not interpreting(), reason="kernels compiled, not interpreted: this would compile the whole matrix")),
+])
+def test_bad_options_are_named(tmp_path, capsys, options, message):
+    assert main(["bench", "kernels", "--compile-only", "--out", str(tmp_path), *options]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_compile_only_needs_out(capsys):
+    assert main(["bench", "kernels", "--compile-only"]) == 2
+    assert "needs --out DIR" in capsys.readouterr().err
