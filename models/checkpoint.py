@@ -360,7 +360,7 @@ def model_config(config: dict[str, Any], path: str | os.PathLike) -> ModelConfig
 
 
 def _check_architecture(file: Path, recorded: dict[str, Any], cfg: ModelConfig) -> None:
-    described = architecture(cfg)
+    described = json.loads(json.dumps(architecture(cfg)))  # as recorded: tuples are lists
     differ = [name for name in ARCHITECTURE_FIELDS if recorded.get(name) != described[name]]
     if differ:
         raise CheckpointError(
