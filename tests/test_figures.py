@@ -227,8 +227,10 @@ def test_drift(tmp_path):
 
 
 def test_cope_gates(tmp_path):
-    data = check_written(figure_cope_gates(tiny), tmp_path, ["10_cope_gates_positions"])[
-        "10_cope_gates_positions"].data
+    figure = check_written(figure_cope_gates(tiny), tmp_path, ["10_cope_gates_positions"])["10_cope_gates_positions"]
+    data = figure.data
+    labels = [ax.get_ylabel() for ax in figure.draw("matplotlib").axes]
+    assert {"gate g", "contextual position p"} <= set(labels), "each colour bar says what it measures"
     assert len(data) == 2 * 5 and set(data.key_token) == {"w", "r", "i", "0", "1"}
     assert data.value.between(0, 1).all()
 

@@ -34,4 +34,4 @@ def figure_cope_gates(load: Loader) -> list[PaperFigure]:
         model=COPE, shown_seq=seq, window_start=window[0], window_stop=window[1])
     return [paper_figure("10_cope_gates_positions", data,
                          lambda b: plots.heatmap_grid(panels, tokens[0], window=window, ncols=2, shared_scale="columns",
-                                                      value_label="gate g (left), position p (right)", backend=b))]
+                                                      value_label=("gate g", "contextual position p"), backend=b))]

@@ -27,14 +27,18 @@ class HeatmapGrid:
     size: GridSize
     xlabel: str = "key"
     ylabel: str = "query"
-    value_label: str = "attention weight"
+    value_label: str | tuple[str, ...] = "attention weight"
+
+    def scale_label(self, n: int) -> str:
+        """What colour scale ``n`` measures: ``value_label``, or its ``n``-th entry (one per scale)."""
+        return self.value_label if isinstance(self.value_label, str) else self.value_label[n]
 
     @classmethod
     def of(cls, maps: Mapping[str, torch.Tensor], axis: TokenAxis, causal: bool = True, signed: bool | None = None,
            ncols: int | None = None, shared_scale: bool | str = False,
-           value_label: str = "attention weight") -> HeatmapGrid:
+           value_label: str | tuple[str, ...] = "attention weight") -> HeatmapGrid:
         """``{title: [query_pos, key_pos] map}`` cut to ``axis`` (see :func:`interp.plots.heatmap_grid`);
-        ``value_label`` names what the colour bars measure."""
+        ``value_label`` names what the colour bars measure (one name, or one per colour scale)."""
         panels = [Panel.of(title, m, axis, causal, signed) for title, m in maps.items()]
         ncols = ncols or min(len(panels), 4)
         return cls(panels, axis, ncols, colour_scales(panels, ncols, shared_scale),

@@ -19,8 +19,8 @@ from interp.plots.render import draw
 def heatmap_grid(panels: Mapping[str, torch.Tensor], tokens=None, *, labels: Sequence[str] | None = None,
                  wrong: Iterable[int] = (), window: tuple[int, int] | None = None, stride: int = 1,
                  causal: bool = True, signed: bool | None = None, shared_scale: bool | str = False,
-                 ncols: int | None = None, max_ticks: int | None = None, value_label: str = "attention weight",
-                 backend: str = "plotly"):
+                 ncols: int | None = None, max_ticks: int | None = None,
+                 value_label: str | tuple[str, ...] = "attention weight", backend: str = "plotly"):
     """A grid of ``[query_pos, key_pos]`` maps of one sequence, ``{title: map}``, row-major.
 
     ``tokens``/``labels``/``wrong``/``window``/``stride``/``max_ticks``: see
@@ -31,7 +31,8 @@ def heatmap_grid(panels: Mapping[str, torch.Tensor], tokens=None, *, labels: Seq
     maps of one kind, e.g. all heads' patterns), per row (``"rows"``: panels compared side by
     side) or per column (``"columns"``: one kind of map per column); a shared range is diverging
     when any of its panels is signed. ``value_label``: what the colour bars measure (the maps'
-    hook, say). Each panel is :func:`interp.plots.layout.panel_px` pixels square.
+    hook, say; a tuple: one name per colour scale). Each panel is
+    :func:`interp.plots.layout.panel_px` pixels square.
     """
     if not panels:
         raise ValueError("no maps to plot")

@@ -42,10 +42,10 @@ def heatmap_grid(grid: HeatmapGrid) -> StaticFigure:
     axes = fig.subplots(grid.nrows, grid.ncols, squeeze=False).ravel()
     font = TICK_FONT_PX * MPL_PT_PER_PX
     mark_area = min(12.0, MPL_PT_PER_PX * grid.cell_px) ** 2
-    for scale in grid.scales:
+    for n_scale, scale in enumerate(grid.scales):
         cmap, norm = matplotlib.colormaps[scale.colours[0]], Normalize(scale.lo, scale.hi)
         fig.colorbar(ScalarMappable(norm, cmap), ax=[axes[i] for i in scale.panels], shrink=0.85,
-                     label=grid.value_label)
+                     label=grid.scale_label(n_scale))
         for n in scale.panels:
             panel, ax = grid.panels[n], axes[n]
             rgba = cmap(norm(np.nan_to_num(panel.values)))

@@ -49,14 +49,14 @@ def heatmap_grid(grid: HeatmapGrid) -> go.Figure:
     ticks = token_ticks(axis)
     domains = [fig.get_subplot(n // ncols + 1, n % ncols + 1) for n in range(len(grid.panels))]
     colorbars, scale_of = {}, {}
-    for scale in grid.scales:
+    for n_scale, scale in enumerate(grid.scales):
         # The scale's one colour bar: right of its panels, from their top, as tall as one of them
         # (one bar down a tall column would put most of its ticks off screen).
         x1 = max(domains[i].xaxis.domain[1] for i in scale.panels)
         top = max(domains[i].yaxis.domain[1] for i in scale.panels)
         colorbars[scale.panels[-1]] = dict(x=x1 + 8 / size.plot_width, xanchor="left", y=top, yanchor="top",
                                            len=size.side / size.plot_height, thickness=10,
-                                           title=dict(text=grid.value_label, side="right"))
+                                           title=dict(text=grid.scale_label(n_scale), side="right"))
         scale_of |= dict.fromkeys(scale.panels, scale)
     for n, panel in enumerate(grid.panels):
         row, col = n // ncols + 1, n % ncols + 1
