@@ -79,8 +79,9 @@ def apply_axis(ax, which: str, style: AxisStyle) -> None:
         axis.set_ticks(style.ticks, style.tick_text)
         axis.set_minor_locator(NullLocator())
     if style.categories is not None:
+        # a slanted label ends at its tick, not centred on it (where it would sit beside the next)
         axis.set_ticks(range(len(style.categories)), [str(c) for c in style.categories],
-                       rotation=45 if style.slanted else None)
+                       **(dict(rotation=45, ha="right", rotation_mode="anchor") if style.slanted else {}))
     if style.range:
         limits(*style.range)
     elif style.from_zero:
