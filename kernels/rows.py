@@ -153,6 +153,13 @@ class SoftmaxRowsFunction(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dz):
+        # in the forward's float32 even when backward() is called under autocast, which would
+        # otherwise run these products in half precision beside the saved float32 tensors
+        with torch.autocast(dz.device.type, enabled=False):
+            return SoftmaxRowsFunction.float32_backward(ctx, dz)
+
+    @staticmethod
+    def float32_backward(ctx, dz):
         q, k, v, z, *inputs = ctx.saved_tensors
         dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
         grads = [torch.zeros_like(t) for t in inputs]

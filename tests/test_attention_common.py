@@ -67,20 +67,23 @@ def test_zero_ablating_pattern_changes_logits(name, tokens, tiny_model):
 
 @pytest.mark.parametrize("name", ATTENTION_MODELS)
 def test_finite_everywhere(name, tokens, tiny_model):
-    """Random inputs, inputs longer than n_ctx, and bf16 autocast: no NaN or Inf in the
-    outputs or in any parameter gradient."""
+    """Random inputs, inputs longer than n_ctx, and bf16 autocast (backward() called after the
+    autocast region, or inside it): no NaN or Inf in the outputs or in any parameter gradient."""
     model = tiny_model(name, n_ctx=32).train()
     if model.cfg.pos_embed == "learned":
         lengths = (model.cfg.n_ctx,)
     else:
         lengths = (24, 3 * model.cfg.n_ctx)
     for n_pos in lengths:
-        for autocast in (False, True):
+        for autocast, backward_inside in ((False, False), (True, False), (True, True)):
             model.zero_grad()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                 logits = model(tokens(2, n_pos, seed=0))
+                if backward_inside:
+                    logits.float().logsumexp(-1).mean().backward()
             assert torch.isfinite(logits).all(), (n_pos, autocast)
-            logits.float().logsumexp(-1).mean().backward()
+            if not backward_inside:
+                logits.float().logsumexp(-1).mean().backward()
             for pname, p in model.named_parameters():
                 assert p.grad is None or torch.isfinite(p.grad).all(), (pname, n_pos, autocast)
 

@@ -137,9 +137,7 @@ def test_a_checkpoint_names_its_mechanism_and_is_refused_where_it_is_not_registe
 BUILT_IN = [name for name, (attention, pos_embed, _) in MODEL_FAMILIES.items() if attention and pos_embed == "none"]
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(
-    strict=True, reason="CoPE's CPU path fails under bf16 autocast with gradients in eval mode (a scatter of float32 "
-                        "into bfloat16, kernels/cope/rows.py)")) if name == "cope" else name for name in BUILT_IN])
+@pytest.mark.parametrize("name", BUILT_IN)
 def test_every_built_in_mechanism_passes_the_checks(name):
     report = check_mechanism(name)
     assert report.passed, "\n".join(report.lines())
