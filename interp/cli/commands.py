@@ -294,28 +294,27 @@ def cmd_pretrained(args) -> int:
                         "command, seed): glitchlens pretrained list NAME")
     table.add_column("name", no_wrap=True)
     for col in ("model", "layers x\nheads x\nd_model", "trained\n(steps, T)",
-                "sequences right (%)\niid / sparse / dense", "size"):
+                "sequences right (%)\niid / sparse / dense", "beta per\nlayer", "size"):
         table.add_column(col)
     for row in rows:
         shape = "x".join(str(row[field]) for field in pretrained.SHAPE_FIELDS)
         trained = f"{row['steps']}, T={row['seq_len']}"
         right = _sequences_right(row["accuracy"]) if row["built"] else "not built"
-        table.add_row(row["name"], row["model"], shape, trained, right, f"{row['size_kb']:.0f} KB" if row["built"] else "-")
+        beta = _betas(row["beta"]) if "beta" in row else ""
+        table.add_row(row["name"], row["model"], shape, trained, right, beta,
+                      f"{row['size_kb']:.0f} KB" if row["built"] else "-")
     console.print(table)
-    return 0
-
-
-def _accuracy_lines(accuracy: dict) -> str:
-    """A pretrained entry's accuracy, a line per split: read (or automaton state) / full-sequence."""
-    return "\n".join(f"{split}: {100 * r.get('read_accuracy', r.get('position_accuracy', 0.0)):.2f}% / "
-                     f"{100 * r['sequence_accuracy']:.1f}%" for split, r in accuracy.items())
-
     unbuilt = [row["name"] for row in rows if not row["built"]]
     if unbuilt:  # their build commands are in `list NAME` (models.pretrained.build_command imports torch)
         console.print(f"not built: {', '.join(unbuilt)}; `glitchlens pretrained list NAME` says how to build one")
+    return 0
 
-def _entry_table(row: dict) -> Table:
-    """One row of ``interp.pretrained.listing``, field by field (``glitchlens pretrained list NAME``)."""
+
+def _betas(betas: list[float]) -> str:
+    """A threshold entry's beta per layer, layer 0 first."""
+    return "/".join(f"{beta:.2f}" for beta in betas)
+
+
 def _sequences_right(accuracy: dict) -> str:
     """A pretrained entry's full-sequence accuracies, in percent: iid / sparse / dense, or its one other task's."""
     if set(accuracy) == {"iid", "sparse", "dense"}:
@@ -323,13 +322,22 @@ def _sequences_right(accuracy: dict) -> str:
     return ", ".join(f"{split} {100 * r['sequence_accuracy']:.1f}" for split, r in accuracy.items())
 
 
+def _accuracy_lines(accuracy: dict) -> str:
+    """A pretrained entry's accuracy, a line per split: read (or automaton state) / full-sequence."""
+    return "\n".join(f"{split}: {100 * r.get('read_accuracy', r.get('position_accuracy', 0.0)):.2f}% / "
+                     f"{100 * r['sequence_accuracy']:.1f}%" for split, r in accuracy.items())
+
+
+def _entry_table(row: dict) -> Table:
+    """One row of ``interp.pretrained.listing``, field by field (``glitchlens pretrained list NAME``)."""
     from rich.table import Table
 
     from models.pretrained import build_command
 
     fields = {"description": row["description"], "path": row["path"]}
     if row["built"]:
-        fields.update({"model": row["model"], "size": f"{row['size_kb']:.0f} KB", "seed": str(row["seed"]),
+        fields.update({"model": row["model"] + (f" (beta per layer: {_betas(row['beta'])})" if "beta" in row else ""),
+                       "size": f"{row['size_kb']:.0f} KB", "seed": str(row["seed"]),
                        "accuracy": _accuracy_lines(row["accuracy"]) + "\n(read / full-sequence)",
                        "command": row["command"]})
     else:
@@ -347,7 +355,7 @@ def cmd_figures(args) -> int:
 
     if args.table1 is not None and not Path(args.table1).is_file():
         raise ValueError(f"--table1 {args.table1}: no such file (write one with `glitchlens reproduce table1`)")
-    written = make_figures(args.out, args.only, table1_csv=args.table1)
+    written = make_figures(args.out, args.only, table1_csv=args.table1, progress=not args.quiet)
     print(f"wrote {len(written)} figures (PNG, HTML, CSV each) to {args.out}; captions in "
           f"{Path(args.out) / 'captions.json'}, all of them in {Path(args.out) / 'index.md'}")
     return 0

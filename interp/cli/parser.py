@@ -238,9 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("reproduce", "sweeps over models and seeds: the TRA paper's Table 1 (table1), or which training "
                              "recipe learns (recipes)")
-    p.add_argument("what", choices=["table1", "recipes", "app-a", "tda-threshold", "sharpening"],
+    p.add_argument("what", choices=["table1", "recipes", "app-a", "tda-threshold", "sharpening", "mixture",
+                                    "table1-budget"],
                    help="which sweep (app-a: the TRA paper's App. A pair over seeds; tda-threshold: TDA at the paper's "
-                        "beta = 1; sharpening: the flip-flop paper's attention-sharpening regularisers; "
+                        "beta = 1; sharpening: the flip-flop paper's attention-sharpening regularisers; mixture: "
+                        "RoPE on a mixture of sparsities; table1-budget: the baselines at 3000 and 10,000 steps; "
                         "interp/studies.py)")
     p.add_argument("--scale", choices=["cpu", "learning", "paper"], default="cpu",
                    help="cpu: tiny models with 4 heads and the cpu-learning-authors recipe, 1000 steps at lr 1e-3, "
@@ -289,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draw only these figures (names in interp.figures.FIGURE_NAMES, e.g. tra_vs_fot drift)")
     p.add_argument("--table1", default=None, metavar="CSV",
                    help="table1.csv of `glitchlens reproduce table1` (without it the table1 figure is skipped)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
     p.set_defaults(func=cmd_figures)
 
     p = command("bench", "benchmarks that print ratios measured side by side")
@@ -318,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bench kernels: sequence lengths T (default: 512 ... 16384)")
     p.add_argument("--tokens", type=positive_int, default=16384,
                    help="bench kernels: tokens per batch (batch = tokens / T)")
-    p.add_argument("--d-head", type=int, default=None,
+    p.add_argument("--d-head", type=positive_int, default=None,
                    help="bench kernels: head dim (default 64; with --compile-only all of 16, 32, 64, 128)")
     p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default=None,
                    help="bench kernels: element type (default bfloat16; with --compile-only all three; float32 on "

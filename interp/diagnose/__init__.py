@@ -62,6 +62,7 @@ from interp.diagnose.summary import ATTENTION_FIELDS, FIELDS, Diagnosis, attenti
 from interp.evaluate import BATCH_SIZE, checkpoint_task, evaluate_reads
 from interp.metrics import DEFAULT_LENGTHS
 from interp.outputs import writable_dir
+from models.attention.tda import threshold_betas
 
 
 def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse", "dense"), n: int | None = 32,
@@ -116,7 +117,7 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
     frame = tidy_frame(runs, probe_length, rates)
     metrics = {
         "checkpoint": str(checkpoint_path), "model": model.cfg.model, "config": model.cfg.to_dict(),
-        "settings": settings, "evaluation": {name: r.to_dict() for name, r in evaluation.items()},
+        "threshold_beta": [float(beta) for beta in threshold_betas(model)] or None, "settings": settings, "evaluation": {name: r.to_dict() for name, r in evaluation.items()},
         "glitches": {"total": len(glitches), "by_split": {s: int((glitches.split == s).sum()) for s in splits}},
         "error_by_dependency": rates[["split", "dependency_length", "n_reads", "n_errors", "error_rate"]]
         .to_dict("records"),
@@ -128,6 +129,8 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
         metrics["skipped"] = dict.fromkeys(ATTENTION_FIELDS, reason)
     else:
         metrics |= attention_fields(model.cfg.model, names, frame, runs, probe_length, skipped_lengths, settings)
+    if metrics["threshold_beta"] is None:
+        metrics["skipped"]["threshold_beta"] = f"{model.cfg.model} has no threshold layer (only trela and tda do)"
     lap("metrics", "drawing the report")
     files = write_outputs(Path(out_dir), metrics, frame, glitches, rates, probe)
     lap("report", "done")

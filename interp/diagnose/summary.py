@@ -6,6 +6,8 @@
 over heads per layer (the max for ``max_abs_weight``). NaN is written as null.
 
 - ``checkpoint``: the checkpoint path; ``model``: the model name; ``config``: its ModelConfig.
+- ``threshold_beta``: the threshold scale beta of each layer of a trela or TDA model (tau_i =
+  beta sqrt(2 log((i + 1) / kappa) / d_head)), layer 0 first; null for other mechanisms.
 - ``settings``: the arguments of this run (splits, n, lengths, n_cache_sequences, ...).
 - ``evaluation``: ``{split: {split, sequences, reads, read_errors, error_rate,
   error_rate_upper95, sequence_accuracy}}``.
@@ -63,8 +65,8 @@ ATTENTION_FIELDS = (
     "zero_row_fraction", "gsink_ratio", "sink_eps", "survivor_scaling", "survivor_exponent", "cross_view_correlation",
     "tail_probabilities", "bit_carrier", "last_write", "heatmap",
 )
-FIELDS = ("checkpoint", "model", "config", "settings", "evaluation", "glitches", "error_by_dependency",
-          *ATTENTION_FIELDS, "skipped", "files", "timings_s")
+FIELDS = ("checkpoint", "model", "config", "threshold_beta", "settings", "evaluation", "glitches",
+          "error_by_dependency", *ATTENTION_FIELDS, "skipped", "files", "timings_s")
 
 
 @dataclass
@@ -85,6 +87,9 @@ class Diagnosis:
                  f"{r['read_errors']}/{r['reads']} reads wrong, {100 * r['sequence_accuracy']:.1f}% sequences right")
                 for name, r in m["evaluation"].items()]
         rows.append(("glitches", str(m["glitches"]["total"]), "rows of glitches.csv"))
+        if m["threshold_beta"] is not None:
+            rows.append(("threshold beta", _num(min(m["threshold_beta"])),
+                         "smallest layer's; per layer " + ", ".join(_num(b) for b in m["threshold_beta"])))
         if m["maps"] is None:
             return rows + [("attention metrics", "skipped", m["skipped"]["maps"])]
         T, longest = str(m["lengths"]["probe"]), str(max(m["lengths"]["run"]))
