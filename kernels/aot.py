@@ -30,7 +30,6 @@ yields interpreter functions, which cannot be lowered (:func:`check_compilable`)
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import functools
 import multiprocessing
@@ -207,6 +206,12 @@ def failures_first(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: 0 if r["status"] != "ok" else 1 if problems(r) else 2)
 
 
+def _compile_task(numbered: tuple) -> tuple[int, list[dict]]:
+    """:func:`compile_op` of task ``(i, (op, dtype, d_head, target, config), out)``, numbered."""
+    i, task, out = numbered
+    return i, compile_op(*task, out)
+
+
 def _worker_init():
     """A compile worker: one thread, and Ctrl-C left to the parent (which cancels what is queued).
     Triton 3.9 warns that floating-point fusion is on by default; it is what a launch compiles."""
@@ -241,22 +246,20 @@ def compile_matrix(out: str | Path, targets=tuple(TARGETS), dtypes=DTYPES, d_hea
              for config in ((None,) if defaults_only else TILE_CONFIGS)]
     workers = workers or len(os.sched_getaffinity(0))
     results, start = {}, time.perf_counter()
-    context = multiprocessing.get_context("spawn")  # torch's threads do not survive a fork
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init) as pool:
-        futures = {pool.submit(compile_op, *task, out): i for i, task in enumerate(tasks)}
-        try:
-            for future in concurrent.futures.as_completed(futures):
-                i = futures[future]
-                results[i] = future.result()
-                op, dtype, d, target, config = tasks[i]
-                elapsed, left = time.perf_counter() - start, len(tasks) - len(results)
-                bad = sum(bool(problems(r)) for r in results[i])
-                print(f"[{len(results)}/{len(tasks)}] {op} {target} {dtype} d_head {d} {config.name if config else 'defaults'}: "
-                      f"{bad or 'no'} problem{'s' * (bad != 1)}; {left} left, about "
-                      f"{elapsed / len(results) * left:.0f} s", file=progress, flush=True)
-        except KeyboardInterrupt:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+    pool = multiprocessing.get_context("spawn").Pool(workers, _worker_init)  # torch's threads do not survive a fork
+    try:
+        for i, rows in pool.imap_unordered(_compile_task, [(i, task, out) for i, task in enumerate(tasks)]):
+            results[i] = rows
+            op, dtype, d, target, config = tasks[i]
+            elapsed, left = time.perf_counter() - start, len(tasks) - len(results)
+            bad = sum(bool(problems(r)) for r in rows)
+            print(f"[{len(results)}/{len(tasks)}] {op} {target} {dtype} d_head {d} "
+                  f"{config.name if config else 'defaults'}: {bad or 'no'} problem{'s' * (bad != 1)}; {left} left, "
+                  f"about {elapsed / len(results) * left:.0f} s", file=progress, flush=True)
+        pool.close()
+    finally:
+        pool.terminate()  # at once on Ctrl-C: a compile in flight is not worth waiting for
+        pool.join()
     rows = [row for i in range(len(tasks)) for row in results[i]]
     pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(out / "compile.csv", index=False)
     return rows
