@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -36,10 +37,23 @@ def test_every_entry_is_shipped_small_and_loadable(name):
     assert sorted(f.name for f in entry.iterdir()) == sorted(["config.json", files["model"]])
     model = models.load_pretrained(name)
     assert not model.training
+    # the tensor file records its architecture and checksum (format 3), so swapped weights are refused
+    assert models.read_config(entry)["format_version"] >= 3
     meta = models.pretrained.info(name)
     assert meta["command"] == SPECIMENS[name].command()
     assert meta["seed"] == models.read_config(entry)["training"]["config"]["seed"]
     assert meta["accuracy"]
+
+
+def test_swapping_the_tensors_of_two_entries_of_the_same_shapes_is_refused(tmp_path):
+    """tra-mech and fot-mech have the same tensor names and shapes: only the record tells them apart."""
+    swapped = tmp_path / "swapped"
+    shutil.copytree(PRETRAINED_DIR / "tra-mech", swapped)
+    fot = PRETRAINED_DIR / "fot-mech"
+    tra_file = models.checkpoint.tensor_files(models.read_config(swapped))["model"]
+    shutil.copy(fot / models.checkpoint.tensor_files(models.read_config(fot))["model"], swapped / tra_file)
+    with pytest.raises(models.checkpoint.CheckpointError, match="fot"):
+        models.load(swapped)
 
 
 @pytest.mark.parametrize("name", list(SPECIMENS))
@@ -184,8 +198,10 @@ def test_gpu_specimens_beside_table1(tmp_path, capsys):
                 for split in ("iid", "sparse", "dense")}
 
     model = models.build_model(models.ModelConfig.from_preset("tra"))
-    models.save(tmp_path / "tra-mini", model, metadata={"seed": 0, "accuracy": accuracy(0.9)})
-    models.save(tmp_path / "tra-mech", model, metadata={"seed": 1, "accuracy": accuracy(0.5)})  # not a GPU entry
+    training = {"config": dataclasses.asdict(TrainConfig()), "step": 1000}   # as every built entry records
+    models.save(tmp_path / "tra-mini", model, training, metadata={"seed": 0, "accuracy": accuracy(0.9), "command": ""})
+    models.save(tmp_path / "tra-mech", model, training,   # not a GPU entry
+                metadata={"seed": 1, "accuracy": accuracy(0.5), "command": ""})
     assert main(["pretrained", "--table1", "--root", str(tmp_path)]) == 0
     table = capsys.readouterr().out
     assert "| iid | 90.00 (100 ± 0) |" in table and "| sparse | 90.00 (100 ± 0) |" in table, "one seed: no spread"
