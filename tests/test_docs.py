@@ -205,3 +205,17 @@ def test_slugs_follow_the_code_hosts():
     assert slug("Circuits: where the bit travels") == "circuits-where-the-bit-travels"
     assert slug("5. The hooks") == "5-the-hooks"
     assert anchors("# A\n\n## A\n") == {"a", "a-1"}
+
+
+def test_the_readme_tour_runs_as_written(tmp_path, monkeypatch):
+    """The Python blocks of "A 5-minute tour", in order, in a fresh directory: what they write goes
+    under runs/ there, nothing into the directory itself."""
+    tour = README.read_text().split("## A 5-minute tour", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", tour, flags=re.S)
+    assert len(blocks) >= 3
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)
+    assert [p.name for p in tmp_path.iterdir()] == ["runs"]
+    assert (tmp_path / "runs" / "tour" / "tra-mech-L1.html").stat().st_size > 0

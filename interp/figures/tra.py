@@ -1,4 +1,4 @@
-"""The TRA paper's attention figure (Fig. 1-3): tra-mech beside fot-mech."""
+"""The TRA paper's attention figure (Fig. 1-3): the App. A pair, tra-app-a beside fot-app-a."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pandas as pd
 
 from interp import plots
 from interp.figures.common import (
-    FOT, TRA, Loader, PaperFigure, caption, final_layer, heatmap_sequence, paper_figure, read_probe, register,
+    FOT_APP_A, TRA_APP_A, Loader, PaperFigure, caption, final_layer, heatmap_sequence, paper_figure, read_probe, register,
     shown_window,
 )
 from interp.metrics import capture_maps
@@ -26,10 +26,10 @@ def caption_tra_vs_fot(data: pd.DataFrame) -> str:
 
 @register("tra_vs_fot", {"01_tra_vs_fot_attention": "TRA beside FoT: final-layer attention (TRA paper Fig. 1-3)"})
 def figure_tra_vs_fot(load: Loader) -> list[PaperFigure]:
-    """TRA paper Fig. 1-3: the final layer of tra-mech beside fot-mech on one iid window."""
+    """TRA paper Fig. 1-3: the final layer of tra-app-a beside fot-app-a on one iid window."""
     tokens, window, seq = heatmap_sequence()
     panels, probes = [], []
-    for name in (TRA, FOT):
+    for name in (TRA_APP_A, FOT_APP_A):
         logits, maps = capture_maps(load(name), tokens, ["pattern"])
         final = final_layer(maps["pattern"])
         panels.append(plots.layer_head_panels(final))

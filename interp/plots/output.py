@@ -38,8 +38,9 @@ def save(fig, path, *, title: str | None = None, caption: str = "", shared_plotl
     """Write a figure: plotly to an ``.html`` page (:func:`html_page`; the title defaults to the
     figure's, else the file name) or ``.json``; matplotlib to ``.png``/``.pdf``/``.svg``. A page
     opens offline: plotly.js is inline, or with ``shared_plotlyjs`` one ``plotly.min.js``
-    beside the pages of a folder."""
+    beside the pages of a folder. Missing folders of ``path`` are made."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(fig, go.Figure):
         if path.suffix == ".html":
             title = title or fig.layout.title.text or path.stem
