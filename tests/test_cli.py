@@ -403,7 +403,9 @@ def test_ctrl_c_while_the_command_starts_is_one_line():
     time.sleep(1.0)  # in main by then (it starts in 0.2 s), importing torch (2 s)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and err.strip() == "glitchlens eval: interrupted", err
+    # main returns 130; now and then the interpreter then ends by SIGINT while finalising a half-imported
+    # torch (1 in 10 runs here), which a shell reports as the same status, 128 + 2 = 130
+    assert proc.returncode in (130, -signal.SIGINT) and err.strip() == "glitchlens eval: interrupted", err
 
 
 @pytest.mark.integration
