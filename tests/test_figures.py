@@ -49,10 +49,11 @@ def one_thread():
 
 @functools.cache
 def tiny(name: str) -> torch.nn.Module:
-    """A random ``tiny`` model of the family a pretrained name stands for (``tda-mech`` -> ``tda``)."""
+    """A random ``tiny`` model of the family a pretrained name stands for (``tda-mech``, ``tra-app-a`` -> ``tda``,
+    ``tra``)."""
     torch.manual_seed(0)
     cfg = (ModelConfig.from_preset("rope", "tiny", n_layers=1) if name == "automaton-1l"
-           else ModelConfig.from_preset(name.removesuffix("-mech"), "tiny"))
+           else ModelConfig.from_preset(name.removesuffix("-mech").removesuffix("-app-a"), "tiny"))
     return models.build_model(cfg).eval()
 
 
@@ -75,7 +76,7 @@ def check_written(found: list, tmp_path, stems: list[str]) -> dict:
 def test_tra_vs_fot(tmp_path):
     figure = check_written(figure_tra_vs_fot(tiny), tmp_path, ["01_tra_vs_fot_attention"])["01_tra_vs_fot_attention"]
     data = figure.data
-    assert set(data.model) == {"tra-mech", "fot-mech"} and set(data.layer) == {1}
+    assert set(data.model) == {"tra-app-a", "fot-app-a"} and set(data.layer) == {1}
     by_model = [rows.position.tolist() for _, rows in data.groupby("model")]
     assert by_model[0] == by_model[1] and len(by_model[0]) >= 2, "the same reads of one window for both models"
     assert data.weight.between(0, 1 + 1e-6).all()
