@@ -92,6 +92,16 @@ def app_a_sweep_run(model: str, seq_len: int, seed: int) -> Specimen:
                     "authors-notebook")
 
 
+def tda_threshold_sweep_run(seed: int) -> Specimen:
+    """A run of ``glitchlens reproduce tda-threshold`` (``interp.studies``): the cpu scale's TDA
+    (``tiny``, 4 heads, ``cpu-learning-authors``, T = 512, lr 1e-3, batch 16) for 1500 steps, beta
+    fixed at 0 to step 500, ramped to the paper's 1 at step 1000 and held there, as the TDA authors'
+    code keeps it fixed at 1."""
+    return Specimen("tda", "tiny", {"seq_len": 512, "batch_size": 16, "steps": 1500, "lr": 1e-3, "seed": seed,
+                                    "beta_schedule": "ramp", "beta_final": 1.0, "beta_ramp_start": 500,
+                                    "beta_ramp_end": 1000}, "cpu-learning-authors")
+
+
 def table1(model: str, scale: str) -> Specimen:
     """Seed 0 of ``glitchlens reproduce table1 --scale SCALE``'s run of ``model``: ``cpu`` for the
     ``-mech`` specimens, ``paper`` (the TRA paper's set-up, on the default path: the Triton kernels

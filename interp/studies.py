@@ -18,7 +18,8 @@ written here before its runs, so that no seed is chosen after seeing it.
   without an error, and *generalises* when it has learned and >= 99% of the sequences of each
   of the three splits are read without an error. The pair to ship is chosen by
   :data:`APP_A_RULE`.
-- ``tda-threshold``: TDA whose threshold ends at the paper's beta = 1 (:func:`tda_threshold_run`).
+- ``tda-threshold``: TDA whose threshold ends at the paper's beta = 1
+  (:func:`interp.specimens.tda_threshold_sweep_run`).
 - ``sharpening``: the flip-flop paper's attention-sharpening regularisers (Sec. 5.2) on
   ``automaton-1l`` and ``rope-mech``, with the share of sharp reads (:func:`sharpening_evaluation`).
 - ``mixture``: the flip-flop paper's R4, RoPE trained on a mixture of sparsities.
@@ -34,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from interp.reproduce import LEARNED, QUICK_EVAL_N, SCALES, SPLIT_ORDER, flipflop_evaluation, train_and_evaluate
-from interp.specimens import Specimen, app_a_sweep_run
+from interp.specimens import Specimen, app_a_sweep_run, tda_threshold_sweep_run
 from interp.sweeps import run_all
 
 # Sequences per split each run is evaluated on: all of iid (1000) and dense (3000), the first
@@ -56,23 +57,14 @@ def app_a_runs() -> dict[str, Specimen]:
             for seq_len in APP_A_LENGTHS for seed in APP_A_SEEDS for model in APP_A_MODELS}
 
 
-# TDA with the threshold of the paper's regime: the cpu scale's TDA (tiny, 4 heads, the
-# cpu-learning-authors recipe, T = 512, lr 1e-3, batch 16) learns at tau = 0 (beta = 0) until step
-# 500, beta then rises linearly to the paper's 1 at step 1000 and is held there, not learned, to
-# step 1500, as the TDA authors' code keeps it fixed at 1.
+# TDA with the threshold of the paper's regime (interp.specimens.tda_threshold_sweep_run)
 TDA_THRESHOLD_SEEDS = (0, 1, 2)
 TDA_THRESHOLD_RULE = ("the lowest seed whose run has learned (>= 99% of the 1000 held-out FFL(0.8) sequences "
                       "right) is shipped as tda-beta1; if none has, none is shipped.")
 
 
-def tda_threshold_run(seed: int) -> Specimen:
-    return Specimen("tda", "tiny", {"seq_len": 512, "batch_size": 16, "steps": 1500, "lr": 1e-3, "seed": seed,
-                                    "beta_schedule": "ramp", "beta_final": 1.0, "beta_ramp_start": 500,
-                                    "beta_ramp_end": 1000}, "cpu-learning-authors")
-
-
 def tda_threshold_runs() -> dict[str, Specimen]:
-    return {f"tda-ramp-seed{seed}": tda_threshold_run(seed) for seed in TDA_THRESHOLD_SEEDS}
+    return {f"tda-ramp-seed{seed}": tda_threshold_sweep_run(seed) for seed in TDA_THRESHOLD_SEEDS}
 
 
 # Attention sharpening (flip-flop paper Sec. 5.2): automaton-1l's and rope-mech's set-ups, each
