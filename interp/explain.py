@@ -291,15 +291,15 @@ def explain(checkpoint_path, out_dir, split: str = "dense", n: int = 100, pairs:
     pass of its ``pairs`` sequences per head of every patched hook, per position of the
     stream before each layer, and per path; a pass costs about ``pairs`` times one sequence's
     forward at the length up to its read. ``n`` costs one evaluation and one cached run."""
+    from interp.outputs import writable_dir
     from models import load, read_config
 
     if checkpoint_task(read_config(checkpoint_path)) == "automaton":
         raise ValueError(f"{checkpoint_path} was trained on the automaton task; explain reads flip-flop reads")
+    out_dir = writable_dir(out_dir)     # before the model is loaded and the passes run
     model = load(checkpoint_path, device=device)
     if not hasattr(model, "blocks"):
         raise ValueError(f"the {model.cfg.model} model has no heads or residual stream to patch")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     runs = RunCounter(model, progress)
     try:
         return _explain(model, checkpoint_path, out_dir, split, n, pairs, batch_size, runs)

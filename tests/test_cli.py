@@ -352,14 +352,17 @@ def test_data_refuses_to_replace_a_file_without_overwrite(tmp_path, capsys):
     (["bench", "kernels", "--seq-lens", "0"], "--seq-lens: expected a positive integer, got 0"),
     (["diagnose", "{root}/ckpt", "--out", "{root}/a_file"], "--out .*a_file is a file"),
     (["hunt", "{root}/ckpt", "--out", "{root}/a_file"], "--out .*a_file is a file"),
+    (["explain", "{root}/ckpt", "--out", "{root}/a_file"], "--out .*a_file is a file"),
     (["eval", "{root}/ckpt", "--data", "{root}/long.jsonl"], "sequences of 20,000 tokens are longer than the 16,384"),
 ])
 def test_names_and_outputs_are_refused_before_any_work(capsys, files, monkeypatch, args, match):
     import interp.diagnose as diagnose
     import interp.hunt as hunt
     import interp.reproduce as reproduce
+    import models
 
-    for module, name in ((diagnose, "evaluate_reads"), (hunt, "hunt"), (reproduce, "run_all")):
+    starts = [(diagnose, "evaluate_reads"), (hunt, "hunt"), (reproduce, "run_all")]
+    for module, name in starts + ([(models, "load")] if args[0] == "explain" else []):
         monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail(f"{name} started"))
     (files / "long.jsonl").write_text('{"text": "w0' + "i0" * 9_998 + 'r0"}\n')
     fails(capsys, *[a.format(root=files) for a in args], match=match)
