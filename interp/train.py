@@ -57,6 +57,7 @@ def train(
     metadata: dict[str, Any] | None = None,
     overwrite: bool = False,
     device: str | torch.device = "cpu",
+    until: int | None = None,
 ) -> torch.nn.Module:
     """Train a model on ``device`` and checkpoint it to ``out``; returns the trained model (eval
     mode). The model is initialised on the CPU and then moved, so a seed gives the same initial
@@ -68,8 +69,15 @@ def train(
     (the output directory, the data file, the final evaluation) is checked before step 1.
     A non-finite loss, gradient or parameter stops the run with :class:`TrainingDiverged`
     before anything non-finite is saved.
+
+    ``until`` stops after that step of the schedule (which stays ``cfg.steps`` long) and saves
+    a checkpoint without the final evaluation; ``resume=True`` goes on from it exactly, as
+    from a Ctrl-C (the batch of a step depends only on the seed and the step).
     """
     out = Path(out)
+    stop = cfg.steps if until is None else until
+    if not 1 <= stop <= cfg.steps:
+        raise ValueError(f"until must be a step from 1 to the run's {cfg.steps} steps, got {until}")
     if cfg.regulariser != "none" and model_cfg.attention is None:
         raise ValueError("attention-sharpening regularisers need an attention model, not the LSTM")
     reuse_freed_memory()
@@ -95,6 +103,8 @@ def train(
         optimizer = make_optimizer(model, cfg)
         load_optimizer_state(optimizer, models.checkpoint.load_training_state(out))
         start = saved["training"]["step"]
+        if start > stop:
+            raise ValueError(f"{out}: its checkpoint is at step {start}, past until={stop}")
     if cfg.task == "flipflop":
         try:  # one sequence per split now, rather than a failure after all the training
             quick_eval(model, 1)
@@ -128,7 +138,7 @@ def train(
     if saved is None:  # all checks passed: a fresh run starts a fresh log, never mixed with a replaced run's
         log_file.unlink(missing_ok=True)
 
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not progress,
+    bar = tqdm(range(start, stop), initial=start, total=cfg.steps, disable=not progress,
                desc=f"train {model_cfg.model}", dynamic_ncols=True)
     t0 = time.time()
     with (GracefulInterrupt() as interrupt, model.hooks(fwd_hooks=reg_hooks),
@@ -175,6 +185,10 @@ def train(
                 raise TrainingInterrupted(done, checkpoint(done))
     bar.close()
     _append_log(log_file, history)
+    if stop < cfg.steps:
+        if kept_step != stop:
+            checkpoint(stop)
+        return model.eval()
     # Saved before the final evaluation, so that a Ctrl-C during it loses only the evaluation.
     path = checkpoint(cfg.steps)
     if cfg.task == "flipflop":

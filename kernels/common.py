@@ -19,6 +19,11 @@ import torch
 # would overflow to -inf.
 MASK_FILL = -1e11
 
+# Elements of one [batch, head, query_pos, key_pos] map a reference may build (4 GiB in float32;
+# a reference holds several such maps at once): past it, a clear error rather than the
+# allocator's failure minutes into a run.
+MAX_MAP_ELEMENTS = 1 << 30
+
 # A reference's hooks: the mechanism's HookPoints by name (``"hook_pattern"``, ...).
 Hooks = Mapping[str, Callable[[torch.Tensor], torch.Tensor]]
 NO_HOOKS: Hooks = {}
@@ -55,16 +60,32 @@ def causal_mask(n_query: int, n_key: int, device=None) -> torch.Tensor:
     return k <= q
 
 
+def check_map_size(q: torch.Tensor, k: torch.Tensor) -> None:
+    """Refuse attention of ``[batch, pos, head, d_head]`` q and k whose ``[batch, head,
+    query_pos, key_pos]`` maps would exceed :data:`MAX_MAP_ELEMENTS`, naming the size and the
+    way out: the references build whole maps, and the CPU path keeps its blocks of them for a
+    backward."""
+    (B, Tq, H, _), Tk = q.shape, k.shape[1]
+    if B * H * Tq * Tk > MAX_MAP_ELEMENTS:
+        raise ValueError(
+            f"this attention would hold [batch, head, query_pos, key_pos] maps of {B} x {H} x {Tq} x {Tk} = "
+            f"{B * H * Tq * Tk:,} elements ({B * H * Tq * Tk * 4 / 2**30:.1f} GiB each in float32), over the limit of "
+            f"{MAX_MAP_ELEMENTS:,}: run fewer or shorter sequences at a time; to evaluate, run under torch.no_grad() "
+            "without hooks inside the attention, where the CPU path and the Triton kernels stream the keys")
+
+
 def scaled_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """``S = q k^T / sqrt(d_head)`` ``[batch, head, query_pos, key_pos]`` from ``[batch, pos,
     head, d_head]`` q and k, in float32 throughout (the scale is applied to q, the smaller
     tensor): TRA and FoT."""
+    check_map_size(q, k)
     return torch.einsum("bqhd,bkhd->bhqk", upcast(q) / math.sqrt(q.shape[-1]), upcast(k))
 
 
 def scaled_products(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """:func:`scaled_scores` with the products in q's dtype (half precision under autocast),
     then float32 and the scale: CoPE, softmax attention and Diff."""
+    check_map_size(q, k)
     return upcast(torch.einsum("bqhd,bkhd->bhqk", q, k)) / math.sqrt(q.shape[-1])
 
 

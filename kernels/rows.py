@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from kernels.common import upcast
+from kernels.common import check_map_size, upcast
 
 ROWS = 64  # measured at T = 512, mini: 64 and 128 within 3%, 256 about 15% slower
 # Without gradients a block covers only as many sequence-heads as keep its scores within
@@ -206,6 +206,7 @@ def softmax_rows(rule, q, k, v, *inputs, positions: torch.Tensor | None = None) 
     with torch.autocast(q.device.type, enabled=False):
         q_scaled = heads_first(q) * q.shape[-1] ** -0.5
         if needs_grad(q, k, v, *inputs):
+            check_map_size(q, k)
             if positions is not None:
                 raise ValueError("attention at chosen query positions computes no gradient: run it under no_grad")
             z = SoftmaxRowsFunction.apply(rule, q_scaled, heads_first(k), heads_first(v), *inputs)

@@ -92,6 +92,23 @@ def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch):
     assert_same_checkpoint(tmp_path / "full", tmp_path / "part")
 
 
+def test_training_in_parts_with_until_equals_one_run(tmp_path):
+    mc = ModelConfig.from_preset("label", "tiny", n_ctx=32, dropout=0.1)
+    cfg = TrainConfig(steps=8, **SMALL)
+    train(mc, cfg, tmp_path / "full", progress=False)
+    train(mc, cfg, tmp_path / "part", progress=False, until=3)
+    saved = json.loads((tmp_path / "part" / "config.json").read_text())
+    assert saved["training"]["step"] == 3 and "evaluation" not in saved.get("metadata", {})
+    train(mc, cfg, tmp_path / "part", resume=True, progress=False, until=6)
+    with pytest.raises(ValueError, match="past until=5"):
+        train(mc, cfg, tmp_path / "part", resume=True, progress=False, until=5)
+    train(mc, cfg, tmp_path / "part", resume=True, progress=False)
+    assert_same_checkpoint(tmp_path / "full", tmp_path / "part")
+    for until in (0, 9):
+        with pytest.raises(ValueError, match="until must be a step from 1 to the run's 8 steps"):
+            train(mc, cfg, tmp_path / f"until{until}", progress=False, until=until)
+
+
 def test_resume_refuses_different_options(tmp_path):
     mc = ModelConfig.from_preset("nope", "tiny", n_ctx=32)
     train(mc, TrainConfig(steps=2, **SMALL), tmp_path / "run", progress=False)
@@ -147,7 +164,7 @@ def test_automaton_and_generative_modes(tmp_path):
 
 @pytest.mark.integration
 def test_ctrl_c_saves_and_resume_finishes_identically(tmp_path):
-    args = ["--model", "nope", "--preset", "tiny", "--seq-len", "64", "--batch-size", "8", "--steps", "300",
+    args = ["--model", "nope", "--preset", "tiny", "--seq-len", "64", "--batch-size", "8", "--steps", "150",
             "--warmup", "3", "--eval-n", "5", "--checkpoint-every", "5", "--quiet"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "interp.cli", "train", *args, "--out", str(tmp_path / "run")],
@@ -160,7 +177,7 @@ def test_ctrl_c_saves_and_resume_finishes_identically(tmp_path):
     assert proc.returncode == 130, err
     assert "checkpoint saved" in err
     step = json.loads((tmp_path / "run" / "config.json").read_text())["training"]["step"]
-    assert 0 < step < 300
+    assert 0 < step < 150
     subprocess.run([sys.executable, "-m", "interp.cli", "train", *args, "--out", str(tmp_path / "run"), "--resume"],
                    check=True, env=env, capture_output=True)
     subprocess.run([sys.executable, "-m", "interp.cli", "train", *args, "--out", str(tmp_path / "straight")],

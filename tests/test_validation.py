@@ -180,3 +180,20 @@ def test_a_jsonl_file_with_a_byte_order_mark_reads(tmp_path):
     path.write_text('{"text": "w1r1"}\n{"text": "w0r0"}\n', encoding="utf-8-sig")
     assert path.read_bytes()[:3] == b"\xef\xbb\xbf"
     assert read_sequences(path).tolist() == [[0, 4, 1, 4], [0, 3, 1, 3]]
+
+
+@pytest.mark.parametrize("model", ["tra", "fot", "cope", "diff", "trela", "tda"])
+def test_attention_maps_beyond_the_limit_are_refused_before_they_are_allocated(model, monkeypatch):
+    import torch
+
+    import kernels.common
+
+    net = build_model(ModelConfig.from_preset(model, "tiny", n_ctx=64)).eval()
+    tokens = torch.zeros(2, 40, dtype=torch.long)
+    monkeypatch.setattr(kernels.common, "MAX_MAP_ELEMENTS", 2 * net.cfg.n_heads * 40 * 40 - 1)
+    with pytest.raises(ValueError, match=r"maps of 2 x \d+ x 40 x 40 = [\d,]+ elements .* over the limit"):
+        net(tokens)
+    with pytest.raises(ValueError, match="over the limit"):
+        net.run_with_cache(tokens)
+    with torch.no_grad():
+        assert torch.isfinite(net(tokens)).all(), "without gradients the CPU path streams the keys"

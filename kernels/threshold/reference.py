@@ -14,11 +14,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels.common import MASK_FILL, NO_HOOKS, Hooks, causal_mask, no_dropout, threshold, through, upcast
+from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, causal_mask, check_map_size, no_dropout, threshold, through,
+                            upcast)
 
 
 def unscaled_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """s_ij = <q~_i, k~_j> ``[batch, head, query_pos, key_pos]`` in float32."""
+    check_map_size(q, k)
     return upcast(torch.einsum("bqhd,bkhd->bhqk", q, k))
 
 

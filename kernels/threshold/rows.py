@@ -7,7 +7,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from kernels import native
-from kernels.common import threshold
+from kernels.common import check_map_size, threshold
 from kernels.rows import (at_rows, heads_first, heads_last, inference_blocks, key_count, mask_future_, needs_grad, per_head,
                          per_row, row_blocks)
 
@@ -83,6 +83,7 @@ def rectified_rows(tau, v, *views, lam=None, p: float = 2.0, positions=None) -> 
     with torch.autocast(v.device.type, enabled=False):
         args = (lam, float(p), per_row(tau), v_rows, *(heads_first(t) for t in views))
         if needs_grad(tau, v, lam, *views):
+            check_map_size(views[0], views[1])
             if positions is not None:
                 raise ValueError("attention at chosen query positions computes no gradient: run it under no_grad")
             z = ThresholdRowsFunction.apply(*args)
