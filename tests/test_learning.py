@@ -43,9 +43,12 @@ def test_tiny_model_learns_the_task(name, tmp_path):
         log = (tmp_path / name / "log.jsonl").read_text().splitlines()
         losses = [json.loads(line)["loss"] for line in log if '"loss"' in line]
         recent_loss = sum(losses[-10:]) / 10
+        checks.append(f"step {until}: loss {recent_loss:.4f}")
+        if recent_loss >= 0.05 * math.log(2):
+            continue  # the loss alone rules this check out
         accuracy = evaluate_tokens(model, held_out(HELD_OUT_N, train_cfg.seq_len), "held-out").sequence_accuracy
-        checks.append(f"step {until}: loss {recent_loss:.4f}, {accuracy:.3f} of sequences right")
-        if recent_loss < 0.05 * math.log(2) and accuracy >= 0.98:
+        checks[-1] += f", {accuracy:.3f} of sequences right"
+        if accuracy >= 0.98:
             return
     pytest.fail(f"{name} did not learn in {train_cfg.steps} steps (a clean loss far below chance and >= 98% of "
                 f"{HELD_OUT_N} held-out sequences right): " + "; ".join(checks))
