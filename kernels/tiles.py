@@ -41,11 +41,11 @@ class TileConfig:
         return f"{self.block_m}x{self.block_n}-w{self.num_warps}-s{self.num_stages}"
 
 
-# The tile configurations the dispatcher chooses among (:func:`default_tiles`, :func:`key_tile_meta`);
-# ``glitchlens bench kernels --compile-only`` compiles every kernel at each of them for A100, H100
-# and MI300.
+# The tile configurations the dispatcher chooses among (:func:`default_tiles`, :func:`key_tile_meta`,
+# :func:`tra_backward_meta`); ``glitchlens bench kernels --compile-only`` compiles every kernel at
+# each of them for A100, H100 and MI300.
 TILE_CONFIGS = (TileConfig(64, 32, 4, 2), TileConfig(32, 32, 4, 2), TileConfig(16, 16, 4, 2),
-                TileConfig(16, 16, 8, 2))
+                TileConfig(16, 16, 8, 2), TileConfig(16, 16, 4, 1), TileConfig(16, 16, 8, 1), TileConfig(64, 32, 8, 1))
 
 
 def default_tiles(dtype: torch.dtype, d_head: int) -> TileConfig:
@@ -53,11 +53,12 @@ def default_tiles(dtype: torch.dtype, d_head: int) -> TileConfig:
     "Compiled for A100, H100 and MI300"): in half precision 64 x 32 up to head dim 64 and
     32 x 32 at 128; in float32, whose IEEE products (no TF32) run on the FMA units with each
     thread holding whole operand rows, 16 x 16 (the dK/dV kernels with twice the warps,
-    :func:`key_tile_meta`). Larger tiles spilled registers on sm_80 or sm_90 (64 x 64, the
-    earlier choice, in most backward kernels)."""
+    :func:`key_tile_meta`), with one pipeline stage at head dim 16, where with two ptxas held
+    FoT's dQ kernel to 64 registers on sm_90 and spilled. Larger tiles spilled registers on sm_80
+    or sm_90 (64 x 64, the earlier choice, in most backward kernels)."""
     if dtype == torch.float32:
-        return TILE_CONFIGS[2]
-    return TILE_CONFIGS[0] if d_head <= 64 else TILE_CONFIGS[1]
+        return TileConfig(16, 16, 4, 1 if d_head == 16 else 2)
+    return TileConfig(64, 32, 4, 2) if d_head <= 64 else TileConfig(32, 32, 4, 2)
 
 
 def launch_meta(dtype: torch.dtype, d_head: int, block_m: int | None, block_n: int | None) -> dict:
@@ -77,6 +78,15 @@ def key_tile_meta(meta: dict) -> dict:
     query tiles: in float32 with twice the warps (at four, their IEEE products spilled registers
     on sm_80 and sm_90 even at 16 x 16 tiles), otherwise the same."""
     return {**meta, "num_warps": 2 * meta["num_warps"]} if meta["PREC"] == "ieee" else meta
+
+
+def tra_backward_meta(meta: dict) -> dict:
+    """:func:`launch_meta` for TRA's backward, one kernel that holds dQ and the carried survivor
+    count and adds two dK/dV contributions a tile: at the 64 x 32 tiles of half precision (head
+    dims up to 64) with 8 warps and one pipeline stage. With 4 warps it took all 255 registers on
+    sm_80 at head dim 64 and, at 32, stopped at 168 and spilled 8 bytes; 8 warps with two stages
+    spilled on gfx942. Otherwise the same."""
+    return {**meta, "num_warps": 8, "num_stages": 1} if meta["PREC"] != "ieee" and meta["D"] <= 64 else meta
 
 
 def check_heads(*xs: torch.Tensor) -> tuple[int, int, int, int]:
@@ -188,9 +198,39 @@ def softmax_finish(m_i, l_i, acc):
 
 
 @triton.jit
-def softmax_tile_grad(P, do, v, delta, PREC: tl.constexpr):
-    """dlogits = P (dO V^T - delta) of one tile (FlashAttention-2)."""
-    return P * (tl.dot(do, tl.trans(v), input_precision=PREC) - delta[:, None])
+def softmax_tile_grad(P, dP, delta):
+    """dlogits = P (dP - delta) of one tile, dP = dO V^T (FlashAttention-2)."""
+    return P * (dP - delta[:, None])
+
+
+# Head-dim columns per step of :func:`key_tile_products` in float32: at 16, ptxas held TDA's dK/dV
+# kernel at head dim 128 to 128 registers on sm_90 and spilled; at 64 (head dim 64: the whole row)
+# it took all 255 there and spilled.
+PRODUCT_CHUNK = tl.constexpr(32)
+
+
+@triton.jit
+def key_tile_products(x, k, X, K, offs_m, offs_n, T, sx, sk, D: tl.constexpr, PREC: tl.constexpr):
+    """``x k^T``, ``[BLOCK_M, BLOCK_N]`` float32, in a dK/dV kernel: ``x`` the rows ``offs_m``
+    of a query-side tensor (q, dO) at head-offset pointer ``X`` (strides ``sx``), ``k`` the
+    program's own key-side tile (k, v), rows ``offs_n`` at ``K`` (strides ``sk``).
+
+    In half precision it is ``tl.dot`` of the two tiles. Float32 products are IEEE (no TF32),
+    which Triton runs on the FMA units with each thread holding whole operand rows of the
+    contraction, and the key-side operand stays for the whole walk over the query tiles: above
+    head dim 32 that spilled registers on sm_80 and sm_90 (up to 1.4 KB a thread, TDA's at head
+    dim 128). So float32 contracts :data:`PRODUCT_CHUNK` columns at a time, both sub-tiles loaded
+    again from memory (rows just read, so likely cache hits; not timed on a GPU) and the partial
+    products summed; the whole tiles ``x`` and ``k`` then go unused there (a load nothing reads
+    is not compiled)."""
+    if PREC == "ieee" and D > PRODUCT_CHUNK:
+        acc = tl.zeros([offs_m.shape[0], offs_n.shape[0]], tl.float32)
+        for c in tl.static_range(0, D, PRODUCT_CHUNK):
+            acc += tl.dot(load_tile(X + c * sx[3], offs_m, T, sx, PRODUCT_CHUNK),
+                          tl.trans(load_tile(K + c * sk[3], offs_n, T, sk, PRODUCT_CHUNK)), input_precision=PREC)
+        return acc
+    else:
+        return tl.dot(x, tl.trans(k), input_precision=PREC)
 
 
 def softmax_forward(ctx, kernel, q, k, v, gate, block_m, block_n, **options) -> torch.Tensor:

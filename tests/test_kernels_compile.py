@@ -11,12 +11,15 @@ import sys
 
 import pandas as pd
 import pytest
+import torch
 
 pytest.importorskip("triton", reason="triton is not installed; the kernel tests need it")
 
 from interp.cli import main  # noqa: E402
 from kernels.aot import COLUMNS, CUOBJDUMP, SHARED_LIMIT, failures_first, problems  # noqa: E402
 from kernels.common import interpreting  # noqa: E402
+from kernels.tiles import (HEAD_DIMS, TILE_CONFIGS, TileConfig, default_tiles, key_tile_meta, launch_meta,  # noqa: E402
+                           tra_backward_meta)
 
 KERNELS = {"tra_fwd", "tra_bwd", "fot_fwd", "fot_bwd_dkdv", "fot_bwd_dq", "trela_fwd", "trela_bwd_dkdv",
            "trela_bwd_dq", "tda_fwd", "tda_bwd_dkdv", "tda_bwd_dq"}
@@ -62,10 +65,24 @@ def test_default_tiles_compile_without_spills_and_only_tra_backward_has_atomics(
             assert {kernel for kernel, found in atomics.items() if found} == {"tra_bwd"}
 
 
+def test_the_candidates_are_what_the_dispatcher_picks():
+    """Every configuration a launch can get, for each dtype and head dim (the default tiles, and
+    the dK/dV kernels' and TRA's backward's own launch options), is among the candidates the full
+    matrix compiles, and every candidate is picked somewhere."""
+    picked = set()
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for d_head in HEAD_DIMS:
+            tiles = default_tiles(dtype, d_head)
+            meta = launch_meta(dtype, d_head, tiles.block_m, tiles.block_n)
+            for kernel_meta in (meta, key_tile_meta(meta), tra_backward_meta(meta)):
+                picked.add(TileConfig(*(kernel_meta[key] for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))))
+    assert picked == set(TILE_CONFIGS)
+
+
 @pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.skipif(os.environ.get("GLITCHLENS_COMPILE_MATRIX") != "1",
-                    reason="the full compile matrix (about 1600 binaries) takes hours of CPU: "
+                    reason="the full compile matrix (about 2800 binaries) takes hours of CPU: "
                            "set GLITCHLENS_COMPILE_MATRIX=1")
 def test_full_matrix_default_tiles_fit_every_target(tmp_path):
     """Every kernel, for sm_80, sm_90 and gfx942, every dtype and head dim, at every candidate

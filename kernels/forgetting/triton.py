@@ -27,16 +27,16 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.tiles import (causal_tile, check_heads, head_base, key_tile_meta, load_row, load_tile, online_softmax_step,
-                           per_position, program_tile, rows_base, softmax_delta, softmax_finish, softmax_forward,
-                           softmax_tile_grad, store_row, store_tile)
+from kernels.tiles import (causal_tile, check_heads, head_base, key_tile_meta, key_tile_products, load_row, load_tile,
+                           online_softmax_step, per_position, program_tile, rows_base, softmax_delta, softmax_finish,
+                           softmax_forward, softmax_tile_grad, store_row, store_tile)
 
 
 @triton.jit
-def _logits(q, k, c_i, c_j, offs_m, offs_n, T, scale, PREC: tl.constexpr):
-    """``[BLOCK_M, BLOCK_N]`` float32 logits, -inf for future keys and padding rows."""
-    S = tl.dot(q, tl.trans(k), input_precision=PREC) * scale
-    return tl.where(causal_tile(offs_m, offs_n, T), S + (c_i[:, None] - c_j[None, :]), float("-inf"))
+def _logits(qk, c_i, c_j, offs_m, offs_n, T, scale):
+    """``[BLOCK_M, BLOCK_N]`` float32 logits from the products ``qk = q k^T``, -inf for future
+    keys and padding rows."""
+    return tl.where(causal_tile(offs_m, offs_n, T), qk * scale + (c_i[:, None] - c_j[None, :]), float("-inf"))
 
 
 @triton.jit
@@ -53,7 +53,8 @@ def _fwd(Q, K, V, C, Z, LSE, sq, sk, sv, sz, T, H, scale,
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = load_tile(K, offs_n, T, sk, D)
         v = load_tile(V, offs_n, T, sv, D)
-        logits = _logits(q, k, c_i, load_row(C, offs_n, T), offs_m, offs_n, T, scale, PREC)
+        logits = _logits(tl.dot(q, tl.trans(k), input_precision=PREC), c_i, load_row(C, offs_n, T), offs_m, offs_n,
+                         T, scale)
         m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, logits, v, PREC)
     z, lse = softmax_finish(m_i, l_i, acc)
     store_tile(head_base(Z, b, h, sz), offs_m, T, sz, z, D)
@@ -65,10 +66,10 @@ def _bwd_dkdv(Q, K, V, C, DO, LSE, DELTA, DK, DV, DC_KEY, sq, sk, sv, so, sg, T,
               D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
     """One key tile: dK, dV (both with strides ``sg``) and sum_i dL_ij."""
     b, h, bh, offs_n = program_tile(H, BLOCK_N)
-    Q, DO, C = head_base(Q, b, h, sq), head_base(DO, b, h, so), rows_base(C, bh, T)
-    LSE, DELTA = rows_base(LSE, bh, T), rows_base(DELTA, bh, T)
-    k = load_tile(head_base(K, b, h, sk), offs_n, T, sk, D)
-    v = load_tile(head_base(V, b, h, sv), offs_n, T, sv, D)
+    Q, K, V, DO = head_base(Q, b, h, sq), head_base(K, b, h, sk), head_base(V, b, h, sv), head_base(DO, b, h, so)
+    C, LSE, DELTA = rows_base(C, bh, T), rows_base(LSE, bh, T), rows_base(DELTA, bh, T)
+    k = load_tile(K, offs_n, T, sk, D)
+    v = load_tile(V, offs_n, T, sv, D)
     c_j = load_row(C, offs_n, T)
     dk = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
@@ -77,9 +78,11 @@ def _bwd_dkdv(Q, K, V, C, DO, LSE, DELTA, DK, DV, DC_KEY, sq, sk, sv, so, sg, T,
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q = load_tile(Q, offs_m, T, sq, D)
         do = load_tile(DO, offs_m, T, so, D)
-        logits = _logits(q, k, load_row(C, offs_m, T), c_j, offs_m, offs_n, T, scale, PREC)
+        logits = _logits(key_tile_products(q, k, Q, K, offs_m, offs_n, T, sq, sk, D, PREC), load_row(C, offs_m, T),
+                         c_j, offs_m, offs_n, T, scale)
         P = tl.exp(logits - load_row(LSE, offs_m, T)[:, None])
-        dL = softmax_tile_grad(P, do, v, load_row(DELTA, offs_m, T), PREC)
+        dL = softmax_tile_grad(P, key_tile_products(do, v, DO, V, offs_m, offs_n, T, so, sv, D, PREC),
+                               load_row(DELTA, offs_m, T))
         dv += tl.dot(tl.trans(P).to(do.dtype), do, input_precision=PREC)
         dk += tl.dot(tl.trans(dL).to(q.dtype), q, input_precision=PREC)
         dc_key += tl.sum(dL, axis=0)
@@ -105,8 +108,9 @@ def _bwd_dq(Q, K, V, C, DO, LSE, DELTA, DQ, DC_QUERY, sq, sk, sv, so, sg, T, H, 
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = load_tile(K, offs_n, T, sk, D)
         v = load_tile(V, offs_n, T, sv, D)
-        P = tl.exp(_logits(q, k, c_i, load_row(C, offs_n, T), offs_m, offs_n, T, scale, PREC) - lse[:, None])
-        dL = softmax_tile_grad(P, do, v, delta, PREC)
+        P = tl.exp(_logits(tl.dot(q, tl.trans(k), input_precision=PREC), c_i, load_row(C, offs_n, T), offs_m, offs_n,
+                           T, scale) - lse[:, None])
+        dL = softmax_tile_grad(P, tl.dot(do, tl.trans(v), input_precision=PREC), delta)
         dq += tl.dot(dL.to(k.dtype), k, input_precision=PREC)
         dc_query += tl.sum(dL, axis=1)
     store_tile(head_base(DQ, b, h, sg), offs_m, T, sg, dq * scale, D)

@@ -36,14 +36,15 @@ import triton
 import triton.language as tl
 
 from kernels.common import threshold
-from kernels.tiles import (causal_tile, check_heads, head_base, key_tile_meta, launch_meta, load_row, load_tile,
-                           program_tile, rows_base, store_row, store_tile, tile_needed)
+from kernels.tiles import (causal_tile, check_heads, head_base, key_tile_meta, key_tile_products, launch_meta, load_row,
+                           load_tile, program_tile, rows_base, store_row, store_tile, tile_needed)
 
 
 @triton.jit
-def _view(q, k, tau, causal, POWER: tl.constexpr, PREC: tl.constexpr):
-    """One view of one tile: ``a = (s - tau_i)_+^p`` (0 off the causal support) and ``da/ds``."""
-    r = tl.where(causal, tl.dot(q, tl.trans(k), input_precision=PREC) - tau[:, None], 0.0)
+def _view(s, tau, causal, POWER: tl.constexpr):
+    """One view of one tile from its scores ``s = q k^T``: ``a = (s - tau_i)_+^p`` (0 off the
+    causal support) and ``da/ds``."""
+    r = tl.where(causal, s - tau[:, None], 0.0)
     r = tl.maximum(r, 0.0)
     if POWER == 1.0:
         return r, (r > 0).to(tl.float32)
@@ -79,9 +80,10 @@ def _fwd(Q1, K1, Q2, K2, V, TAU, LAM, Z, sq1, sk1, sq2, sk2, sv, sz, T, H,
     for start_n in range(0, tl.minimum((tl.program_id(0) + 1) * BLOCK_M, T), BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         causal = causal_tile(offs_m, offs_n, T)
-        w, _ = _view(q1, load_tile(K1, offs_n, T, sk1, D), tau, causal, POWER, PREC)
+        w, _ = _view(tl.dot(q1, tl.trans(load_tile(K1, offs_n, T, sk1, D)), input_precision=PREC), tau, causal, POWER)
         if TWO_VIEWS:
-            w -= lam * _view(q2, load_tile(K2, offs_n, T, sk2, D), tau, causal, POWER, PREC)[0]
+            w -= lam * _view(tl.dot(q2, tl.trans(load_tile(K2, offs_n, T, sk2, D)), input_precision=PREC), tau, causal,
+                             POWER)[0]
         if tile_needed(w, SKIP_ZERO_TILES):
             v = load_tile(V, offs_n, T, sv, D)
             acc += tl.dot(w.to(v.dtype), v, input_precision=PREC)
@@ -89,16 +91,14 @@ def _fwd(Q1, K1, Q2, K2, V, TAU, LAM, Z, sq1, sk1, sq2, sk2, sv, sz, T, H,
 
 
 @triton.jit
-def _tile_grads(q1, k1, q2, k2, v, do, tau, lam, causal,
-                POWER: tl.constexpr, TWO_VIEWS: tl.constexpr, PREC: tl.constexpr):
-    """Recompute one tile: the applied weights w, the score gradients ds1 (and ds2), and
-    dA * a2 (lam's gradient density). With one view, ds2 and dA * a2 are returned as ds1
-    and never used."""
-    a1, g1 = _view(q1, k1, tau, causal, POWER, PREC)
-    dA = tl.dot(do, tl.trans(v), input_precision=PREC)
+def _tile_grads(s1, s2, dA, tau, lam, causal, POWER: tl.constexpr, TWO_VIEWS: tl.constexpr):
+    """Recompute one tile from its scores s1 (and s2) and dA = dO V^T: the applied weights w,
+    the score gradients ds1 (and ds2), and dA * a2 (lam's gradient density). With one view,
+    s2 is not read, and ds2 and dA * a2 are returned as ds1 and never used."""
+    a1, g1 = _view(s1, tau, causal, POWER)
     ds1 = dA * g1
     if TWO_VIEWS:
-        a2, g2 = _view(q2, k2, tau, causal, POWER, PREC)
+        a2, g2 = _view(s2, tau, causal, POWER)
         return a1 - lam * a2, ds1, -lam * dA * g2, dA * a2
     else:
         return a1, ds1, ds1, ds1
@@ -111,9 +111,10 @@ def _bwd_dkdv(Q1, K1, Q2, K2, V, TAU, LAM, DO, DK1, DK2, DV, sq1, sk1, sq2, sk2,
     """One key tile: dK1 (dK2) and dV, all with strides ``sg``."""
     b, h, bh, offs_n = program_tile(H, BLOCK_N)
     Q1, Q2, DO, TAU = head_base(Q1, b, h, sq1), head_base(Q2, b, h, sq2), head_base(DO, b, h, so), rows_base(TAU, bh, T)
+    K1, K2, V = head_base(K1, b, h, sk1), head_base(K2, b, h, sk2), head_base(V, b, h, sv)
     lam = tl.load(LAM + bh)
-    k1, k2 = _view_rows(head_base(K1, b, h, sk1), head_base(K2, b, h, sk2), offs_n, T, sk1, sk2, D, TWO_VIEWS)
-    v = load_tile(head_base(V, b, h, sv), offs_n, T, sv, D)
+    k1, k2 = _view_rows(K1, K2, offs_n, T, sk1, sk2, D, TWO_VIEWS)
+    v = load_tile(V, offs_n, T, sv, D)
     dk1 = tl.zeros([BLOCK_N, D], tl.float32)
     dk2 = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
@@ -121,8 +122,10 @@ def _bwd_dkdv(Q1, K1, Q2, K2, V, TAU, LAM, DO, DK1, DK2, DV, sq1, sk1, sq2, sk2,
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q1, q2 = _view_rows(Q1, Q2, offs_m, T, sq1, sq2, D, TWO_VIEWS)
         do = load_tile(DO, offs_m, T, so, D)
-        w, ds1, ds2, _ = _tile_grads(q1, k1, q2, k2, v, do, load_row(TAU, offs_m, T), lam,
-                                     causal_tile(offs_m, offs_n, T), POWER, TWO_VIEWS, PREC)
+        s1 = key_tile_products(q1, k1, Q1, K1, offs_m, offs_n, T, sq1, sk1, D, PREC)
+        s2 = key_tile_products(q2, k2, Q2, K2, offs_m, offs_n, T, sq2, sk2, D, PREC) if TWO_VIEWS else s1
+        w, ds1, ds2, _ = _tile_grads(s1, s2, key_tile_products(do, v, DO, V, offs_m, offs_n, T, so, sv, D, PREC),
+                                     load_row(TAU, offs_m, T), lam, causal_tile(offs_m, offs_n, T), POWER, TWO_VIEWS)
         dv += tl.dot(tl.trans(w).to(do.dtype), do, input_precision=PREC)
         dk1 += tl.dot(tl.trans(ds1).to(q1.dtype), q1, input_precision=PREC)
         if TWO_VIEWS:
@@ -151,8 +154,10 @@ def _bwd_dq(Q1, K1, Q2, K2, V, TAU, LAM, DO, DQ1, DQ2, DTAU, DLAM, sq1, sk1, sq2
     for start_n in range(0, tl.minimum((tl.program_id(0) + 1) * BLOCK_M, T), BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k1, k2 = _view_rows(K1, K2, offs_n, T, sk1, sk2, D, TWO_VIEWS)
-        _, ds1, ds2, dA_a2 = _tile_grads(q1, k1, q2, k2, load_tile(V, offs_n, T, sv, D), do, tau, lam,
-                                         causal_tile(offs_m, offs_n, T), POWER, TWO_VIEWS, PREC)
+        s1 = tl.dot(q1, tl.trans(k1), input_precision=PREC)
+        s2 = tl.dot(q2, tl.trans(k2), input_precision=PREC) if TWO_VIEWS else s1
+        dA = tl.dot(do, tl.trans(load_tile(V, offs_n, T, sv, D)), input_precision=PREC)
+        _, ds1, ds2, dA_a2 = _tile_grads(s1, s2, dA, tau, lam, causal_tile(offs_m, offs_n, T), POWER, TWO_VIEWS)
         dq1 += tl.dot(ds1.to(k1.dtype), k1, input_precision=PREC)
         dtau -= tl.sum(ds1, axis=1)
         if TWO_VIEWS:

@@ -37,7 +37,7 @@ import triton.language as tl
 
 from kernels.tiles import (causal_tile, check_heads, head_base, load_row, load_tile, online_softmax_step, per_position,
                            program_tile, rows_base, softmax_delta, softmax_finish, softmax_forward, softmax_tile_grad,
-                           store_row, store_tile, tile_needed, tile_ptrs)
+                           store_row, store_tile, tile_needed, tile_ptrs, tra_backward_meta)
 
 
 @triton.jit
@@ -106,7 +106,7 @@ def _bwd(Q, K, V, LD, DO, LSE, DELTA, DQ, DK, DV, DLD, sq, sk, sv, so, sg, T, H,
         logits, M, D_bar = _tile_logits(q, k, log_delta, count, offs_m, offs_n, T, scale, PREC)
         count += tl.sum(M, axis=1)
         P = tl.exp(logits - lse[:, None])
-        dL = softmax_tile_grad(P, do, v, delta, PREC)
+        dL = softmax_tile_grad(P, tl.dot(do, tl.trans(v), input_precision=PREC), delta)
         d_log_delta += tl.sum(dL * D_bar.to(tl.float32), axis=1)
         dq += tl.dot(dL.to(k.dtype), k, input_precision=PREC)
         key_rows = offs_n[:, None] < T
@@ -135,7 +135,8 @@ class TRAAttentionFunction(torch.autograd.Function):
         d_log_delta = torch.empty((B, H, T), dtype=torch.float32, device=q.device)
         _bwd[(triton.cdiv(T, ctx.meta["BLOCK_M"]), B * H)](
             q, k, v, log_delta, dz, lse, softmax_delta(dz, z), dq, dk, dv, d_log_delta,
-            q.stride(), k.stride(), v.stride(), dz.stride(), dq.stride(), T, H, 1.0 / math.sqrt(D), **ctx.meta)
+            q.stride(), k.stride(), v.stride(), dz.stride(), dq.stride(), T, H, 1.0 / math.sqrt(D),
+            **tra_backward_meta(ctx.meta))
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), d_log_delta, None, None, None
 
 
