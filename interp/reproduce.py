@@ -58,7 +58,7 @@ class Scale:
     lr: float
     batch_size: int
     recipe: str                 # block, init, dropout and optimiser (interp.recipes)
-    eval_n: int | None = None   # at most this many sequences of each split (None: the whole split)
+    eval_n: int | None = None   # at most this many sequences of each split and held out (None: whole splits)
     eval_every: int = 100       # steps between the quick iid checks that time learning
     seq_len: int = 512
 
@@ -111,13 +111,15 @@ def run_one(model: str, seed: int, scale: Scale, out: str) -> dict:
 
 def flipflop_evaluation(model, train_cfg, eval_n: int | None) -> dict:
     """``splits``: the canonical splits (the first ``eval_n`` sequences of each); ``held_out``:
-    ``HELD_OUT_N`` held-out FFL(0.8) sequences of the training length."""
+    ``HELD_OUT_N`` held-out FFL(0.8) sequences of the training length, or ``eval_n`` if fewer
+    (a smoke-test scale's few sequences)."""
     from interp.evaluate import evaluate_splits, evaluate_tokens
     from interp.tasks import held_out
 
     evaluation = evaluate_splits(model, SPLIT_ORDER, n=eval_n)
+    n_held_out = HELD_OUT_N if eval_n is None else min(HELD_OUT_N, eval_n)
     return {"splits": {name: r.to_dict() for name, r in evaluation.items()},
-            "held_out": evaluate_tokens(model, held_out(HELD_OUT_N, train_cfg.seq_len), "held-out").to_dict()}
+            "held_out": evaluate_tokens(model, held_out(n_held_out, train_cfg.seq_len), "held-out").to_dict()}
 
 
 def train_and_evaluate(run_dir: Path, run_configs: tuple, header: dict, eval_n: int | None,

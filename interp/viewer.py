@@ -81,8 +81,7 @@ def head_viewer(maps: Maps, tokens=None, *, layers: Sequence[int] | None = None,
     for (layer, head, i), panel in panels.items():
         # float32 halves the figure's JSON; hover shows 4 significant digits anyway.
         panel = dataclasses.replace(panel, values=panel.values.astype(np.float32))
-        zero, values, *marks = panel_traces(panel, axes[i], scale, colorbar if i == 0 else None,
-                                                   size.side / n_shown)
+        zero, values, *marks = panel_traces(panel, scale, colorbar if i == 0 else None, size.side / n_shown)
         for trace in (zero, values):
             fig.add_trace(trace.update(meta=dict(layer=layer, head=head, seq=seqs[i]),
                                        visible=(layer, head) == (layers[0], heads[0])))

@@ -52,7 +52,7 @@ def tiny(name: str) -> torch.nn.Module:
     """A random ``tiny`` model of the family a pretrained name stands for (``tda-mech``, ``tra-app-a`` -> ``tda``,
     ``tra``)."""
     torch.manual_seed(0)
-    cfg = (ModelConfig.from_preset("rope", "tiny", n_layers=1) if name == "automaton-1l"
+    cfg = (ModelConfig.from_preset("rope", "tiny", n_layers=1) if name.startswith("automaton-1l")
            else ModelConfig.from_preset(name.removesuffix("-mech").removesuffix("-app-a"), "tiny"))
     return models.build_model(cfg).eval()
 
@@ -136,8 +136,10 @@ def test_logit_tails_table(tmp_path):
 
 
 def test_automaton(tmp_path):
-    data = check_written(figure_automaton(tiny), tmp_path, ["07_automaton_attention"])["07_automaton_attention"].data
-    assert len(data) == 40 and data.position.diff().dropna().eq(1).all()
+    figure = check_written(figure_automaton(tiny), tmp_path, ["07_automaton_attention"])["07_automaton_attention"]
+    data = figure.data
+    assert data.model.value_counts().to_dict() == {"automaton-1l": 40, "automaton-1l-sharp": 40}
+    assert data.groupby("model").position.apply(lambda p: p.diff().dropna().eq(1).all()).all()
     assert (data.correct == (data.predicted == data.state)).all()
     assert set(data.input) <= {"0", "1", "_"}
 
@@ -222,7 +224,7 @@ def test_drift(tmp_path):
     final = drift[drift.layer == 1].groupby(["model", "seq_len"]).carrier_weight.mean()
     assert np.allclose(best.set_index(["model", "seq_len"])["mean"].sort_index(), final.sort_index())  # one head
     automaton = found["09b_drift_automaton"].data
-    assert len(automaton) == 64
+    assert automaton.model.value_counts().to_dict() == {"automaton-1l": 64, "automaton-1l-sharp": 64}
     assert (automaton.write_pos == np.where(automaton.position >= flipflop.AUTOMATON_SECOND_WRITE,
                                             flipflop.AUTOMATON_SECOND_WRITE, 0)).all()
 

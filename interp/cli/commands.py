@@ -290,12 +290,12 @@ def cmd_pretrained(args) -> int:
         for row in rows:
             console.print(_entry_table(row))
         return 0
+    # No padding at the table's edges: every entry then fits one line of 100 columns.
     table = Table(title="pretrained models: models.load_pretrained(NAME); one in full (read accuracy, "
-                        "command, seed): glitchlens pretrained list NAME")
-    table.add_column("name", no_wrap=True)
-    for col in ("model", "layers x\nheads x\nd_model", "trained\n(steps, T)",
-                "sequences right (%)\niid / sparse / dense", "beta per\nlayer", "size"):
-        table.add_column(col)
+                        "command, seed): glitchlens pretrained list NAME", pad_edge=False)
+    unbroken = ("name", "trained\n(steps, T)", "sequences right (%)\niid / sparse / dense")
+    for col in ("name", "model", "layers x\nheads x\nd_model", *unbroken[1:], "beta per\nlayer", "size"):
+        table.add_column(col, no_wrap=col in unbroken)
     for row in rows:
         shape = "x".join(str(row[field]) for field in pretrained.SHAPE_FIELDS)
         trained = f"{row['steps']}, T={row['seq_len']}"

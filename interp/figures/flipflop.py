@@ -11,7 +11,7 @@ import pandas as pd
 from interp import plots
 from interp.evaluate import evaluate_reads
 from interp.figures.common import (
-    AUTOMATON, N_CANDIDATES, N_SAMPLES, ROPE, SEED, TRA, Loader, PaperFigure, caption, final_layer, length_ends,
+    AUTOMATON, AUTOMATON_SHARP, N_CANDIDATES, N_SAMPLES, ROPE, SEED, TRA, Loader, PaperFigure, caption, final_layer, length_ends,
     mean_words, one, paper_figure, percent, progress_bar, read_probe, register,
 )
 from interp.metrics import (
@@ -21,6 +21,7 @@ from interp.metrics import (
 from interp.tasks import (
     BOTTOM, CANONICAL_SEQ_LEN, IGNORE, READ, SIGMA_0, SIGMA_1, WRITE, ZERO, automaton_states, sample_automaton,
 )
+from interp.studies import SHARP
 from interp.tasks.automaton import AUTOMATON_VOCAB
 
 DRIFT_LENGTHS = (64, 128, 256, 512, 1024, 2048)
@@ -31,45 +32,74 @@ AUTOMATON_P_BOTTOM = 0.5         # automaton-1l's training distribution
 AUTOMATON_SECOND_WRITE = 32      # a multiple of the drift heatmap's stride, so its column is shown
 
 
+AUTOMATON_PAIR = (AUTOMATON, AUTOMATON_SHARP)   # unsharpened and sharpened, side by side (Fig. 16a-b)
+
+
+def model_words(rows: pd.DataFrame) -> str:
+    """One automaton model's rows of 07 in words: its wrong predictions in the sequence, and how
+    its head weighs each position's most recent write in the window."""
+    weight = rows.weight.dropna()
+    elsewhere = rows[~rows.is_argmax.astype(bool) & (rows.write_pos >= 0)]
+    on_writes = elsewhere[elsewhere.position == elsewhere.write_pos]   # whose state is their own symbol
+    targets = ", ".join(f"{n} on a {'bottom' if symbol == '_' else f'write of {symbol}'}"
+                        for symbol, n in on_writes.argmax_input.value_counts().sort_index().items())
+    return (f"{one(rows, 'model')} predicts {one(rows, 'n_wrong')} of the {one(rows, 'seq_len')} states wrong; in "
+            f"this window the most recent write has the row's largest weight at {rows.is_argmax.mean():.0%} of "
+            f"positions, >= {SHARP} of it at {(weight >= SHARP).mean():.0%} (mean weight {weight.mean():.2f})"
+            + (f"; of the {len(elsewhere)} positions where the largest weight is elsewhere, {len(on_writes)} are "
+               f"writes, whose state is their own symbol ({targets})" if len(elsewhere) else ""))
+
+
 @caption("07_automaton_attention")
 def caption_automaton(data: pd.DataFrame) -> str:
-    return (f"Flip-flop paper Fig. 5c-d / 16: attention of {one(data, 'model')} (1 layer, 1 head, RoPE) on the "
-            f"flip-flop automaton, p(bottom) = {one(data, 'p_bottom')}, sequence {one(data, 'seq')} of "
-            f"{one(data, 'n_candidates')} "
-            + (f"(the one with the most wrong state predictions: {one(data, 'n_wrong')} of {one(data, 'seq_len')})"
-               if one(data, "n_wrong") else
-               f"(none of the {one(data, 'n_candidates')} has a wrong state prediction in its {one(data, 'seq_len')} "
-               "positions; the first is shown)")
+    per_model = [model_words(rows) for _, rows in data.groupby("model", sort=False)]
+    return (f"Flip-flop paper Fig. 16a-b: attention of one-layer one-head RoPE models unregularised and trained "
+            f"with the entropy sharpening regulariser, on the flip-flop automaton, p(bottom) = "
+            f"{one(data, 'p_bottom')}, sequence {one(data, 'seq')} of {one(data, 'n_candidates')} "
+            + ("(the one where the two models together predict the most states wrong)" if data.n_wrong.any() else
+               f"(neither model predicts a state wrong in any of the {one(data, 'n_candidates')}; the first is "
+               "shown)")
             + f", positions {data.position.min()}-{data.position.max()}. "
             "Axis labels: 0 and 1 are the writes sigma_0 (orange) and sigma_1 (blue), _ is bottom. Each row's "
             "most recent write, where the ideal head of Fig. 5c puts all its weight, is outlined in cyan, or red "
-            "where the state predicted there is wrong (its labels red too). In this window that key has the row's "
-            f"largest weight at {data.is_argmax.mean():.0%} of positions (mean weight {data.weight.mean():.2f}).")
+            "where that model's predicted state is wrong (its labels red too). " + "; ".join(per_model) + ".")
 
 
 @register("automaton", {
-    "07_automaton_attention": "Attention on the flip-flop automaton (flip-flop paper Fig. 5c-d, 16)",
+    "07_automaton_attention": "Attention on the flip-flop automaton, unsharpened and sharpened (flip-flop paper "
+                              "Fig. 5c-d, 16)",
 })
 def figure_automaton(load: Loader, size: int = 40) -> list[PaperFigure]:
-    """Flip-flop paper Fig. 5c-d / 16: automaton-1l's attention on the automaton sequence
-    (of ``N_CANDIDATES``) where it predicts the most states wrong."""
+    """Flip-flop paper Fig. 16a-b: automaton-1l's and automaton-1l-sharp's attention on the one
+    automaton sequence (of ``N_CANDIDATES``) where the two predict the most states wrong."""
     inputs, states = sample_automaton(N_CANDIDATES, CANONICAL_SEQ_LEN, AUTOMATON_P_BOTTOM, rng=SEED)
-    logits, maps = capture_maps(load(AUTOMATON), inputs, ["pattern"])
-    predicted = logits.argmax(-1).numpy()
-    wrong = predicted != states
-    seq = int(wrong.sum(1).argmax())
-    errors = np.flatnonzero(wrong[seq]).tolist()
-    window = heatmap_window(CANONICAL_SEQ_LEN, errors, size)
-    final = {layer: m[seq:seq + 1] for layer, m in final_layer(maps["pattern"]).items()}
-    data = automaton_write_attention(final, inputs[seq:seq + 1])
-    data = data.assign(input=np.array(AUTOMATON_VOCAB)[inputs[seq][data.position]], state=states[seq][data.position],
-                       predicted=predicted[seq][data.position], correct=~wrong[seq][data.position])
-    data = data[(data.position >= window[0]) & (data.position < window[1])].assign(
-        seq=seq, model=AUTOMATON, p_bottom=AUTOMATON_P_BOTTOM, n_candidates=N_CANDIDATES, n_wrong=len(errors),
-        seq_len=CANONICAL_SEQ_LEN)
+    runs = {}
+    for name in AUTOMATON_PAIR:
+        logits, maps = capture_maps(load(name), inputs, ["pattern"])
+        runs[name] = (logits.argmax(-1).numpy(), final_layer(maps["pattern"]))
+    wrong = {name: predicted != states for name, (predicted, _) in runs.items()}
+    seq = int(sum(wrong.values()).sum(1).argmax())
+    errors = {name: np.flatnonzero(w[seq]).tolist() for name, w in wrong.items()}
+    window = heatmap_window(CANONICAL_SEQ_LEN, sorted({p for e in errors.values() for p in e}), size)
+    frames, panels = [], {}
+    for name, (predicted, maps) in runs.items():
+        final = {layer: m[seq:seq + 1] for layer, m in maps.items()}
+        panels |= plots.layer_head_panels(final, prefix=f"{name} ")
+        data = automaton_write_attention(final, inputs[seq:seq + 1])
+        argmax_pos = next(iter(final.values()))[0].argmax(-1).numpy()          # [head, query_pos]
+        symbols = np.array(AUTOMATON_VOCAB)[inputs[seq]]
+        data = data.assign(input=symbols[data.position], state=states[seq][data.position],
+                           predicted=predicted[seq][data.position], correct=~wrong[name][seq][data.position],
+                           write_input=symbols[data.write_pos], argmax_pos=argmax_pos[data["head"], data.position],
+                           argmax_input=lambda f: symbols[f.argmax_pos])
+        frames.append(data[(data.position >= window[0]) & (data.position < window[1])].assign(
+            model=name, n_wrong=len(errors[name])))
+    data = pd.concat(frames, ignore_index=True).assign(seq=seq, p_bottom=AUTOMATON_P_BOTTOM,
+                                                       n_candidates=N_CANDIDATES, seq_len=CANONICAL_SEQ_LEN)
+    wrong_of = {title: errors[title.split(" ")[0]] for title in panels}
     return [paper_figure("07_automaton_attention", data,
-                         lambda b: plots.automaton_heatmap_grid(plots.layer_head_panels(final), inputs[seq],
-                                                                wrong=errors, window=window, backend=b))]
+                         lambda b: plots.automaton_heatmap_grid(panels, inputs[seq], wrong=wrong_of, window=window,
+                                                                backend=b))]
 
 
 def dependency_histogram(reads: pd.DataFrame, width: int = GLITCH_BIN) -> pd.DataFrame:
@@ -261,37 +291,50 @@ def automaton_drift_inputs(T: int) -> np.ndarray:
     return inputs
 
 
+def drift_words(rows: pd.DataFrame) -> str:
+    """One automaton model's rows of 09b in words: its mean weight on the most recent write
+    within and beyond its training length, and its wrong predictions."""
+    trained_length, T = one(rows, "trained_seq_len"), one(rows, "seq_len")
+    trained = rows.position < trained_length
+    wrong = rows.position[~rows.correct.astype(bool)].tolist()
+    return (f"{one(rows, 'model')}: mean weight on it {rows.weight[trained].mean():.2f} at positions below "
+            f"{trained_length}" + (f" and {rows.weight[~trained].mean():.2f} beyond" if T > trained_length else "")
+            + f", {len(wrong)} wrong state predictions" + (f", the first at position {wrong[0]} (red)" if wrong else ""))
+
+
 @caption("09b_drift_automaton")
 def caption_automaton_drift(data: pd.DataFrame) -> str:
     T, trained_length, second, stride = (one(data, c) for c in ("seq_len", "trained_seq_len", "second_write",
                                                                 "stride"))
-    wrong = data.position[~data.correct.astype(bool)].tolist()
-    trained = data.position < trained_length
     return (
-        f"Flip-flop paper Fig. 14b: {one(data, 'model')} (trained at T = {trained_length}) on sigma_0, "
-        f"bottom x {second - 1}, sigma_1, bottom x {T - second - 1} (T = {T}), one "
+        f"Flip-flop paper Fig. 14b: one-layer one-head RoPE models (trained at T = {trained_length}), unregularised "
+        f"and sharpened, on sigma_0, bottom x {second - 1}, sigma_1, bottom x {T - second - 1} (T = {T}), one "
         f"position in {stride} shown, as in the paper (rows and columns). Every row from position "
         f"{second} on should put its weight on column {second}, the most recent write "
-        "(outlined: cyan, or red where the state predicted is wrong). "
-        f"The mean weight on the most recent write is {data.weight[trained].mean():.2f} at positions below "
-        f"{trained_length}" + (f" and {data.weight[~trained].mean():.2f} beyond" if T > trained_length else "")
-        + f"; {len(wrong)} wrong state predictions" + (f", the first at position {wrong[0]} (red)." if wrong else "."))
+        "(outlined: cyan, or red where that model's predicted state is wrong). "
+        + "; ".join(drift_words(rows) for _, rows in data.groupby("model", sort=False)) + ".")
 
 
 def automaton_drift_figure(load: Loader, T: int, stride: int) -> PaperFigure:
-    """Fig. 14b itself: automaton-1l's attention on :func:`automaton_drift_inputs` of length
-    ``T``, one position in ``stride`` shown."""
+    """Fig. 14b itself: automaton-1l's and automaton-1l-sharp's attention on
+    :func:`automaton_drift_inputs` of length ``T``, one position in ``stride`` shown."""
     inputs = automaton_drift_inputs(T)
-    model = load(AUTOMATON)
-    logits, maps = capture_maps(model, inputs, ["pattern"])
-    wrong = np.flatnonzero(logits.argmax(-1).numpy()[0] != automaton_states(inputs)[0]).tolist()
-    pattern = final_layer(maps["pattern"])
-    probe = automaton_write_attention(pattern, inputs).assign(
-        correct=lambda f: ~f.position.isin(wrong), model=AUTOMATON, seq_len=T, trained_seq_len=model.cfg.n_ctx,
-        second_write=AUTOMATON_SECOND_WRITE, stride=stride)
+    frames, panels, wrong_of = [], {}, {}
+    for name in AUTOMATON_PAIR:
+        model = load(name)
+        logits, maps = capture_maps(model, inputs, ["pattern"])
+        wrong = np.flatnonzero(logits.argmax(-1).numpy()[0] != automaton_states(inputs)[0]).tolist()
+        pattern = final_layer(maps["pattern"])
+        shown = plots.layer_head_panels(pattern, prefix=f"{name} ")
+        panels |= shown
+        wrong_of |= dict.fromkeys(shown, wrong)
+        frames.append(automaton_write_attention(pattern, inputs).assign(
+            correct=lambda f, wrong=wrong: ~f.position.isin(wrong), model=name, trained_seq_len=model.cfg.n_ctx))
+    probe = pd.concat(frames, ignore_index=True).assign(seq_len=T, second_write=AUTOMATON_SECOND_WRITE,
+                                                         stride=stride)
     return paper_figure("09b_drift_automaton", probe,
-                        lambda b: plots.automaton_heatmap_grid(plots.layer_head_panels(pattern), inputs[0],
-                                                               wrong=wrong, stride=stride, backend=b))
+                        lambda b: plots.automaton_heatmap_grid(panels, inputs[0], wrong=wrong_of, stride=stride,
+                                                               backend=b))
 
 
 @register("drift", {

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import torch
-from scipy import stats
+from scipy.special import ndtri, stdtrit
 
 from interp.metrics.attention import causal
 from interp.tasks.flipflop import WRITE, last_write_positions, read_mask
@@ -175,7 +175,7 @@ def wilson_interval(count, n, confidence: float = 0.95) -> tuple[np.ndarray, np.
     """The Wilson score interval of a binomial share ``count / n`` (arrays alike; NaN where
     ``n`` is 0): what the share of ``n`` independent draws pins down at ``confidence``."""
     count, n = np.asarray(count, dtype=float), np.asarray(n, dtype=float)
-    z = stats.norm.ppf(1 - (1 - confidence) / 2)
+    z = ndtri(1 - (1 - confidence) / 2)            # the normal quantile
     with np.errstate(invalid="ignore", divide="ignore"):
         share = count / n
         centre = (share + z * z / (2 * n)) / (1 + z * z / n)
@@ -205,7 +205,7 @@ def mean_interval(frame: pd.DataFrame, by: Sequence[str], value: str, confidence
     ``mean_high`` (the mean itself for a single row or no spread)."""
     grouped = frame.groupby(list(by), observed=True)[value]
     table = pd.DataFrame({"mean": grouped.mean(), "n": grouped.count(), "std": grouped.std()}).reset_index()
-    t = stats.t.ppf(1 - (1 - confidence) / 2, np.maximum(table.n - 1, 1))
+    t = stdtrit(np.maximum(table.n - 1, 1), 1 - (1 - confidence) / 2)   # Student's t quantile
     half = np.where(table.n > 1, t * table["std"].fillna(0) / np.sqrt(table.n), 0.0)
     table["mean_low"], table["mean_high"] = table["mean"] - half, table["mean"] + half
     return table

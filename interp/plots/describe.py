@@ -34,12 +34,17 @@ class HeatmapGrid:
         return self.value_label if isinstance(self.value_label, str) else self.value_label[n]
 
     @classmethod
-    def of(cls, maps: Mapping[str, torch.Tensor], axis: TokenAxis, causal: bool = True, signed: bool | None = None,
-           ncols: int | None = None, shared_scale: bool | str = False,
+    def of(cls, maps: Mapping[str, torch.Tensor], axis: TokenAxis | Mapping[str, TokenAxis], causal: bool = True,
+           signed: bool | None = None, ncols: int | None = None, shared_scale: bool | str = False,
            value_label: str | tuple[str, ...] = "attention weight") -> HeatmapGrid:
-        """``{title: [query_pos, key_pos] map}`` cut to ``axis`` (see :func:`interp.plots.heatmap_grid`);
-        ``value_label`` names what the colour bars measure (one name, or one per colour scale)."""
-        panels = [Panel.of(title, m, axis, causal, signed) for title, m in maps.items()]
+        """``{title: [query_pos, key_pos] map}`` cut to ``axis`` (see :func:`interp.plots.heatmap_grid`),
+        or to ``axis[title]``, one axis per panel over the same positions; ``value_label`` names what
+        the colour bars measure (one name, or one per colour scale)."""
+        axes = axis if isinstance(axis, Mapping) else dict.fromkeys(maps, axis)
+        if len({tuple(a.positions) for a in axes.values()}) != 1:
+            raise ValueError("the panels' axes show different positions; one grid shows one window")
+        panels = [Panel.of(title, m, axes[title], causal, signed) for title, m in maps.items()]
+        axis = panels[0].axis
         ncols = ncols or min(len(panels), 4)
         return cls(panels, axis, ncols, colour_scales(panels, ncols, shared_scale),
                    GridSize.of(len(panels), ncols, len(axis.positions), shared_scale), value_label=value_label)

@@ -49,17 +49,20 @@ def heatmap(m, tokens=None, *, title: str = "", **options):
     return heatmap_grid({title: m}, tokens, ncols=1, **options)
 
 
-def automaton_heatmap_grid(panels: Mapping[str, torch.Tensor], inputs, *, wrong: Iterable[int] = (),
+def automaton_heatmap_grid(panels: Mapping[str, torch.Tensor], inputs, *,
+                           wrong: Iterable[int] | Mapping[str, Iterable[int]] = (),
                            window: tuple[int, int] | None = None, stride: int = 1, max_ticks: int | None = None,
                            backend: str = "plotly"):
     """:func:`heatmap_grid` for one flip-flop automaton input sequence ``[T]`` (sigma_0 / sigma_1 /
     bottom = 0 / 1 / 2; flip-flop paper Fig. 5, 14, 16): axes labelled ``0`` / ``1`` (the writes,
     orange / blue) and ``_`` (bottom); every position is a prediction, so each one's ideal cell
     (query = the position, key = its most recent write, Fig. 5c) is outlined in cyan, or red
-    where ``wrong`` says the prediction there is wrong (its labels are red too). All panels
-    share one colour scale."""
-    axis = automaton_axis(inputs, wrong, window, stride, max_ticks)
-    return draw(HeatmapGrid.of(panels, axis, shared_scale=True), backend)
+    where ``wrong`` says the prediction there is wrong (its labels are red too); ``{title:
+    positions}`` gives each panel its own (two models on one input). All panels share one colour
+    scale."""
+    wrong_of = wrong if isinstance(wrong, Mapping) else dict.fromkeys(panels, wrong)
+    axes = {title: automaton_axis(inputs, wrong_of[title], window, stride, max_ticks) for title in panels}
+    return draw(HeatmapGrid.of(panels, axes, shared_scale=True), backend)
 
 
 def layer_head_panels(maps: Maps, seq: int = 0, prefix: str = "") -> dict[str, torch.Tensor]:

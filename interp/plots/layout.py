@@ -126,13 +126,16 @@ def automaton_axis(inputs, wrong: Iterable[int] = (), window: tuple[int, int] | 
 @dataclass
 class Panel:
     """One heatmap, cut to the axis' positions: ``values`` is NaN wherever the cell is drawn in
-    a fixed colour (``zero``: exact zeros with j <= i; ``hidden``: j > i)."""
+    a fixed colour (``zero``: exact zeros with j <= i; ``hidden``: j > i). ``axis`` labels and
+    marks it: panels of one grid show the same positions, but two models' panels mark their own
+    wrong predictions."""
 
     title: str
     values: np.ndarray
     zero: np.ndarray
     hidden: np.ndarray
     signed: bool
+    axis: TokenAxis
 
     @classmethod
     def of(cls, title: str, m, axis: TokenAxis, causal: bool, signed: bool | None) -> Panel:
@@ -146,7 +149,7 @@ class Panel:
         hidden = p[None, :] > p[:, None] if causal else np.zeros(sub.shape, dtype=bool)
         zero = (sub == 0) & ~hidden
         signed = bool((sub[~hidden] < 0).any()) if signed is None else signed
-        return cls(title, np.where(hidden | zero, np.nan, sub), zero, hidden, signed)
+        return cls(title, np.where(hidden | zero, np.nan, sub), zero, hidden, signed, axis)
 
 
 @dataclass

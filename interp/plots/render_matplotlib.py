@@ -37,7 +37,7 @@ def static_figure(figsize: tuple[float, float]) -> StaticFigure:
 
 
 def heatmap_grid(grid: HeatmapGrid) -> StaticFigure:
-    size, axis = grid.size, grid.axis
+    size = grid.size
     fig = static_figure((size.width / MPL_PX_PER_INCH, size.height / MPL_PX_PER_INCH))
     axes = fig.subplots(grid.nrows, grid.ncols, squeeze=False).ravel()
     font = TICK_FONT_PX * MPL_PT_PER_PX
@@ -53,6 +53,7 @@ def heatmap_grid(grid: HeatmapGrid) -> StaticFigure:
             rgba[panel.hidden] = to_rgba(HIDDEN_COLOR)
             ax.imshow(rgba, interpolation="nearest")
     for ax, panel in zip(axes, grid.panels):
+        axis = panel.axis
         ax.set_title(panel.title)
         ax.set_xlabel(grid.xlabel)
         ax.set_ylabel(grid.ylabel)

@@ -22,9 +22,10 @@ def token_ticks(axis: TokenAxis) -> dict:
                 ticktext=[f'<span style="color:{c}">{t}</span>' for t, c in zip(axis.tick_text, axis.tick_color)])
 
 
-def panel_traces(panel: Panel, axis: TokenAxis, scale: ColourScale, colorbar: dict | None, cell_px: float) -> list:
-    """The traces of one heatmap panel on category axes of ``axis.names``: its exact zeros in
+def panel_traces(panel: Panel, scale: ColourScale, colorbar: dict | None, cell_px: float) -> list:
+    """The traces of one heatmap panel on category axes of its axis' names: its exact zeros in
     black, its values on ``scale`` (with ``colorbar``, or none), each read's ideal cell outlined."""
+    axis = panel.axis
     grid = dict(x=axis.names, y=axis.names, hoverongaps=False, hovertemplate=HOVER)
     zeros = np.where(panel.zero, 0.0, np.nan).astype(panel.values.dtype)
     traces = [go.Heatmap(z=zeros, colorscale=[[0, ZERO_COLOR], [1, ZERO_COLOR]], showscale=False, name="exact zero",
@@ -43,10 +44,9 @@ def panel_traces(panel: Panel, axis: TokenAxis, scale: ColourScale, colorbar: di
 
 
 def heatmap_grid(grid: HeatmapGrid) -> go.Figure:
-    size, axis, ncols, n_shown = grid.size, grid.axis, grid.ncols, len(grid.axis.positions)
+    size, ncols, n_shown = grid.size, grid.ncols, len(grid.axis.positions)
     fig = make_subplots(grid.nrows, ncols, subplot_titles=[p.title for p in grid.panels],
                         horizontal_spacing=size.gap_x / size.plot_width, vertical_spacing=size.gap_y / size.plot_height)
-    ticks = token_ticks(axis)
     domains = [fig.get_subplot(n // ncols + 1, n % ncols + 1) for n in range(len(grid.panels))]
     colorbars, scale_of = {}, {}
     for n_scale, scale in enumerate(grid.scales):
@@ -60,8 +60,9 @@ def heatmap_grid(grid: HeatmapGrid) -> go.Figure:
         scale_of |= dict.fromkeys(scale.panels, scale)
     for n, panel in enumerate(grid.panels):
         row, col = n // ncols + 1, n % ncols + 1
-        for trace in panel_traces(panel, axis, scale_of[n], colorbars.get(n), grid.cell_px):
+        for trace in panel_traces(panel, scale_of[n], colorbars.get(n), grid.cell_px):
             fig.add_trace(trace, row, col)
+        ticks = token_ticks(panel.axis)
         # Fixed ranges: markers would otherwise pad the autorange with an empty band.
         fig.update_xaxes(title_text=grid.xlabel, range=[-0.5, n_shown - 0.5], row=row, col=col, **ticks)
         fig.update_yaxes(title_text=grid.ylabel, range=[n_shown - 0.5, -0.5], row=row, col=col, **ticks)

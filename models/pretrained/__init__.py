@@ -49,6 +49,8 @@ ENTRIES: dict[str, Entry] = {
        for model, what in TABLE1_SPECIMENS.items()},
     "automaton-1l": Entry("softmax attention with RoPE, 1 layer x 1 head, d_model 128, trained at T = 128 on the "
                           "flip-flop automaton simulation task (flip-flop paper Def. 1, p(bottom) = 0.5)"),
+    "automaton-1l-sharp": Entry("automaton-1l's set-up trained with the entropy attention-sharpening regulariser at "
+                                "0.01 (flip-flop paper Sec. 5.2, Fig. 16b)"),
     **{f"{model}-mini": Entry(f"{what}, 4 layers x 4 heads, d_model 256, T = 512, batch 64, 25k steps (the TRA "
                               "paper's set-up, trained on a GPU)", gpu=True)
        for model, what in GPU_SPECIMENS.items()},
