@@ -31,9 +31,10 @@ def device() -> torch.device:
 
 
 def pytest_collection_modifyitems(items):
-    """The slow tests first (in their usual order), so that the longest runs start early and
-    the workers finish together."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The slow tests first, then the integration ones (subprocesses, sweeps: 10-45 s each), each
+    in their usual order, so that the longest runs start early and the workers finish together."""
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None,
+                                 item.get_closest_marker("integration") is None))
 
 
 @pytest.fixture
