@@ -27,7 +27,8 @@ Figures (``name``: file stems, the paper figure reproduced):
 - ``survivors``: ``04_survivors_vs_length``, TDA paper Fig. 4 (App. B.2).
 - ``cross_view``: ``05_cross_view_correlation``, TDA paper Fig. 5 (App. B.3).
 - ``logit_tails``: ``06_logit_tails``, TDA paper Table 7 (App. B.1).
-- ``automaton``: ``07_automaton_attention``, flip-flop paper Fig. 5c-d and 16.
+- ``automaton``: ``07_automaton_attention``, flip-flop paper Fig. 5c-d and 16a-b: automaton-1l
+  beside automaton-1l-sharp, its set-up with the entropy sharpening term.
 - ``glitch_lengths``: ``08_glitch_dependency_lengths``, flip-flop paper Fig. 12 (right).
 - ``drift``: ``09a_drift_last_write``, ``09b_drift_automaton``, flip-flop paper Fig. 14.
 - ``glitch_anatomy``: ``12a_glitch_attention``, ``12b_glitch_logit_split``: where the final layer
@@ -52,8 +53,8 @@ Choices:
   16 MB). The figures drawn with an interval (02c, 05, 09a) take each of ``N_SAMPLES``
   sequences as a sample: mean and 95% t interval of the mean; shares (reads right, glitch
   destinations) carry 95% Wilson intervals.
-- Fig. 14's own probe is the automaton: ``09b`` runs automaton-1l on the paper's input (two
-  early writes, then bottoms), here to T = 2048, 16x automaton-1l's training length of 128;
+- Fig. 14's own probe is the automaton: ``09b`` runs automaton-1l and automaton-1l-sharp on the
+  paper's input (two early writes, then bottoms), here to T = 2048, 16x their training length of 128;
   ``09a`` carries it to the flip-flop language for rope-mech (trained at T = 512) and tra-mech
   (trained at T = 128), as one read pushed back by inserted ignores (``N_SAMPLES`` sequences per
   length, their bits drawn from seeds ``SEED`` on), and follows the write's bit wherever each
