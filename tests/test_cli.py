@@ -58,18 +58,17 @@ def test_train_eval_and_bench_tiles(tmp_path, capsys):
 
 
 @pytest.mark.integration
-def test_clear_errors(tmp_path):
+def test_clear_errors(tmp_path, capsys):
+    """The installed command exits 2 with the message (one process); the rest in this process."""
     result = glitchlens("train", "--model", "gpt5", "--out", str(tmp_path / "x"))
     assert result.returncode == 2 and "invalid choice: 'gpt5'" in result.stderr
-    result = glitchlens("eval", str(tmp_path))
-    assert result.returncode == 2 and "no config.json" in result.stderr
+    fails(capsys, "eval", tmp_path, match="no config.json")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "w1i0r0"}\n')
-    result = glitchlens("train", "--model", "nope", "--data", str(bad), "--steps", "1", "--out", str(tmp_path / "y"))
-    assert result.returncode == 2 and "position 5" in result.stderr and "read returns '0'" in result.stderr
-    result = glitchlens("train", "--model", "tra", "--attn-opt", "qknorm=false", "--steps", "1",
-                        "--out", str(tmp_path / "z"))
-    assert result.returncode == 2 and "accepts" in result.stderr
+    fails(capsys, "train", "--model", "nope", "--data", bad, "--steps", "1", "--out", tmp_path / "y",
+          match="position 5.*read returns '0'")
+    fails(capsys, "train", "--model", "tra", "--attn-opt", "qknorm=false", "--steps", "1", "--out", tmp_path / "z",
+          match="accepts")
 
 
 @pytest.mark.integration
