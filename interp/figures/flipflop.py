@@ -11,8 +11,8 @@ import pandas as pd
 from interp import plots
 from interp.evaluate import evaluate_reads
 from interp.figures.common import (
-    AUTOMATON, AUTOMATON_SHARP, N_CANDIDATES, N_SAMPLES, ROPE, SEED, TRA, Loader, PaperFigure, caption, final_layer, length_ends,
-    mean_words, one, paper_figure, percent, progress_bar, read_probe, register,
+    AUTOMATON, AUTOMATON_SHARP, N_CANDIDATES, N_SAMPLES, ROPE, SEED, TRA, Loader, PaperFigure, caption, final_layer,
+    length_ends, mean_words, one, paper_figure, percent, progress_bar, read_probe, register,
 )
 from interp.metrics import (
     MIN_CARRIER_SHARE, automaton_write_attention, bit_carrier_attention, capture_maps, error_rate_by_dependency,
@@ -44,8 +44,9 @@ def model_words(rows: pd.DataFrame) -> str:
     targets = ", ".join(f"{n} on a {'bottom' if symbol == '_' else f'write of {symbol}'}"
                         for symbol, n in on_writes.argmax_input.value_counts().sort_index().items())
     return (f"{one(rows, 'model')} predicts {one(rows, 'n_wrong')} of the {one(rows, 'seq_len')} states wrong; in "
-            f"this window the most recent write has the row's largest weight at {rows.is_argmax.mean():.0%} of "
-            f"positions, >= {SHARP} of it at {(weight >= SHARP).mean():.0%} (mean weight {weight.mean():.2f})"
+            f"this window the most recent write has the row's largest weight at {rows.is_argmax.sum()} of the "
+            f"{len(rows)} positions ({rows.is_argmax.mean():.0%}), >= {SHARP} of it at {(weight >= SHARP).sum()} of "
+            f"{len(weight)} ({(weight >= SHARP).mean():.0%}; mean weight {weight.mean():.2f})"
             + (f"; of the {len(elsewhere)} positions where the largest weight is elsewhere, {len(on_writes)} are "
                f"writes, whose state is their own symbol ({targets})" if len(elsewhere) else ""))
 
@@ -81,10 +82,12 @@ def figure_automaton(load: Loader, size: int = 40) -> list[PaperFigure]:
     seq = int(sum(wrong.values()).sum(1).argmax())
     errors = {name: np.flatnonzero(w[seq]).tolist() for name, w in wrong.items()}
     window = heatmap_window(CANONICAL_SEQ_LEN, sorted({p for e in errors.values() for p in e}), size)
-    frames, panels = [], {}
+    frames, panels, wrong_of = [], {}, {}
     for name, (predicted, maps) in runs.items():
         final = {layer: m[seq:seq + 1] for layer, m in maps.items()}
-        panels |= plots.layer_head_panels(final, prefix=f"{name} ")
+        shown = plots.layer_head_panels(final, prefix=f"{name} ")
+        panels |= shown
+        wrong_of |= dict.fromkeys(shown, errors[name])
         data = automaton_write_attention(final, inputs[seq:seq + 1])
         argmax_pos = next(iter(final.values()))[0].argmax(-1).numpy()          # [head, query_pos]
         symbols = np.array(AUTOMATON_VOCAB)[inputs[seq]]
@@ -96,7 +99,6 @@ def figure_automaton(load: Loader, size: int = 40) -> list[PaperFigure]:
             model=name, n_wrong=len(errors[name])))
     data = pd.concat(frames, ignore_index=True).assign(seq=seq, p_bottom=AUTOMATON_P_BOTTOM,
                                                        n_candidates=N_CANDIDATES, seq_len=CANONICAL_SEQ_LEN)
-    wrong_of = {title: errors[title.split(" ")[0]] for title in panels}
     return [paper_figure("07_automaton_attention", data,
                          lambda b: plots.automaton_heatmap_grid(panels, inputs[seq], wrong=wrong_of, window=window,
                                                                 backend=b))]
