@@ -238,8 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("reproduce", "sweeps over models and seeds: the TRA paper's Table 1 (table1), or which training "
                              "recipe learns (recipes)")
-    p.add_argument("what", choices=["table1", "recipes", "app-a", "tda-threshold", "tda-threshold-long", "sharpening",
-                                    "mixture", "table1-budget"],
+    p.add_argument("what", choices=["table1", "recipes", "app-a", "tda-threshold", "tda-threshold-long",
+                                    "tda-threshold-4500", "sharpening", "mixture", "table1-budget"],
                    help="which sweep (app-a: the TRA paper's App. A pair over seeds; tda-threshold: TDA at the paper's "
                         "beta = 1; sharpening: the flip-flop paper's attention-sharpening regularisers; mixture: "
                         "RoPE on a mixture of sparsities; table1-budget: the baselines at 3000 and 10,000 steps; "
