@@ -49,11 +49,11 @@ def one_thread():
 
 @functools.cache
 def tiny(name: str) -> torch.nn.Module:
-    """A random ``tiny`` model of the family a pretrained name stands for (``tda-mech``, ``tra-app-a`` -> ``tda``,
+    """A random ``tiny`` model of the family a pretrained name stands for (``tda-beta1``, ``tra-app-a`` -> ``tda``,
     ``tra``)."""
     torch.manual_seed(0)
     cfg = (ModelConfig.from_preset("rope", "tiny", n_layers=1) if name.startswith("automaton-1l")
-           else ModelConfig.from_preset(name.removesuffix("-mech").removesuffix("-app-a"), "tiny"))
+           else ModelConfig.from_preset(name.split("-")[0], "tiny"))
     return models.build_model(cfg).eval()
 
 
@@ -97,7 +97,7 @@ def test_tda_diagnostics(tmp_path):
     assert set(zeros["map"]) == {"view 1 (excitatory)", "view 2 (inhibitory)", "differential"}
     assert len(zeros) == 3 * 2 and zeros.value.between(0, 1).all()
     sinks = found["02c_sink_ratio_vs_length"].data
-    assert set(sinks.model) == {"tda-mech", "rope-mech"} and (sinks.n == 3).all()
+    assert set(sinks.model) == {"tda-beta1", "rope-mech"} and (sinks.n == 3).all()
     assert sorted(sinks.seq_len.unique()) == list(LENGTHS)
     assert (sinks.mean_low <= sinks["mean"]).all() and (sinks["mean"] <= sinks.mean_high).all()
 
@@ -112,7 +112,7 @@ def test_survivors(tmp_path):
     data = check_written(figure_survivors(tiny, lengths=LENGTHS), tmp_path, ["04_survivors_vs_length"])[
         "04_survivors_vs_length"].data
     assert len(data) == 3 * 2 * len(LENGTHS)             # (tda pattern, tra mask, tra pattern) x layers x lengths
-    assert set(data["map"]) == {"tda-mech pattern", "tra-mech mask", "tra-mech pattern"}
+    assert set(data["map"]) == {"tda-beta1 pattern", "tra-mech mask", "tra-mech pattern"}
     shortest = data[data.seq_len == LENGTHS[0]]
     assert np.allclose(shortest.growth.dropna(), 1.0) and np.allclose(shortest.linear_reference, 1.0)
     assert (data.value <= (data.seq_len + 1) / 2).all(), "no more survivors than causal keys per query"

@@ -15,8 +15,8 @@ one the CSV shows; ``tests/test_captions.py`` writes each committed caption agai
 The figures are grouped by paper, one module each (``tra``, ``tda``, ``flipflop``, ``cope``,
 ``table1``), and ``anatomy`` for the glitch anatomy; each figure function files itself under its
 name with ``@register`` and each caption with ``@caption``, and ``common`` holds what they share
-and the writing. The specimens are named in ``common`` alone (``TDA``, ``ROPE``, ...): the TDA
-figures take their model from ``TDA``, so redrawing them on another specimen is one edit.
+and the writing. The specimens are named in ``common`` alone (``TDA_BETA1``, ``ROPE``, ...): the TDA
+figures take their model from ``TDA_BETA1``, so redrawing them on another specimen is one edit.
 
 Figures (``name``: file stems, the paper figure reproduced):
 

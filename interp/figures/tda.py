@@ -1,5 +1,5 @@
-"""The TDA paper's figures (Fig. 1a-c, 2, 4, 5, Table 7) on the TDA specimen (``TDA``), beside
-rope-mech and tra-mech."""
+"""The TDA paper's figures (Fig. 1a-c, 2, 4, 5, Table 7) on the TDA specimen at the paper's
+beta = 1 (``TDA_BETA1``), beside rope-mech and tra-mech."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 import models
 from interp import plots
 from interp.figures.common import (
-    LENGTHS, N_SAMPLES, N_SEQUENCES, N_SWEEP_SEQUENCES, ROPE, TDA, TRA, Loader, PaperFigure, across_lengths, caption,
+    LENGTHS, N_SAMPLES, N_SEQUENCES, N_SWEEP_SEQUENCES, ROPE, TDA_BETA1, TRA, Loader, PaperFigure, across_lengths, caption,
     heatmap_sequence, length_ends, mean_words, one, paper_figure, per_sequence, register, shown_window,
 )
 from interp.metrics import (
@@ -30,7 +30,7 @@ SINK_LENGTHS = (64, 128, 256, 512, 1024)
 SAME_PEAK = 1e-6
 PEAK_RELATIONS = ("equal to view 1's", "below the larger view's", "above the larger view's")
 # The maps whose survivors 04 counts: TRA's twice, the keys its threshold keeps and those with a weight.
-SURVIVOR_MAPS = ((TDA, "pattern"), (TRA, "mask"), (TRA, "pattern"))
+SURVIVOR_MAPS = ((TDA_BETA1, "pattern"), (TRA, "mask"), (TRA, "pattern"))
 PAPER_CROSS_VIEW = {"trained": 0.1231, "untrained": 0.0752}
 
 
@@ -97,8 +97,8 @@ def figure_tda_diagnostics(load: Loader, lengths: Sequence[int] = SINK_LENGTHS,
     """TDA paper Fig. 1a-c: sparsity and max |weight| per layer of the TDA specimen's views and
     differential map, and gSinkRatio(1) against context length, TDA vs rope-mech, with the 95%
     interval of the mean over ``n_samples`` sequences per length."""
-    _, maps = capture_maps(load(TDA), load_split("iid", N_SEQUENCES), list(VIEWS))
-    setting = dict(model=TDA, n_sequences=N_SEQUENCES)
+    _, maps = capture_maps(load(TDA_BETA1), load_split("iid", N_SEQUENCES), list(VIEWS))
+    setting = dict(model=TDA_BETA1, n_sequences=N_SEQUENCES)
     zeros = pd.concat([sparsity(maps[hook], label) for hook, label in VIEWS.items()], ignore_index=True)
     peaks = pd.concat([max_abs_weight(maps[hook], label) for hook, label in VIEWS.items()], ignore_index=True)
 
@@ -106,7 +106,7 @@ def figure_tda_diagnostics(load: Loader, lengths: Sequence[int] = SINK_LENGTHS,
         ratio = sink_ratio(maps["pattern"], key_pos=[0])
         return summarise(ratio[ratio.metric == "gsink_ratio"], over=("layer", "head"))
 
-    samples = per_sequence(load, {TDA: ["pattern"], ROPE: ["pattern"]}, lengths, n_samples, sink)
+    samples = per_sequence(load, {TDA_BETA1: ["pattern"], ROPE: ["pattern"]}, lengths, n_samples, sink)
     sinks = mean_interval(samples, ["model", "seq_len"], "value")
     sinks["trained_seq_len"] = sinks.model.map(lambda name: load(name).cfg.n_ctx)
     return [
@@ -137,7 +137,7 @@ def caption_inhibition(data: pd.DataFrame) -> str:
 def figure_tda_inhibition(load: Loader) -> list[PaperFigure]:
     """TDA paper Fig. 2: the signed differential map of the TDA specimen's most inhibitory head."""
     tokens, window, seq = heatmap_sequence()
-    _, maps = capture_maps(load(TDA), tokens, [*VIEWS, "lambda"])
+    _, maps = capture_maps(load(TDA_BETA1), tokens, [*VIEWS, "lambda"])
     data = inhibition(maps["pattern"])
     # The head with the most negative entries: a share of |weight| would favour a near-dead head.
     fractions = data[data.metric == "inhibitory_fraction"].sort_values(["layer", "head"])
@@ -147,7 +147,7 @@ def figure_tda_inhibition(load: Loader) -> list[PaperFigure]:
     panels = {f"view 1 (L{layer} H{head})": maps["view_1"][layer][0, head],
               "view 2": maps["view_2"][layer][0, head],
               f"differential = view 1 - {lam:.2f} view 2": maps["pattern"][layer][0, head]}
-    data = data.assign(shown=(data.layer == layer) & (data["head"] == head), shown_lambda=lam, model=TDA,
+    data = data.assign(shown=(data.layer == layer) & (data["head"] == head), shown_lambda=lam, model=TDA_BETA1,
                        shown_seq=seq, window_start=window[0], window_stop=window[1])
     return [paper_figure("03_tda_inhibition", data,
                          lambda b: plots.heatmap_grid(panels, tokens[0], window=window, signed=True, shared_scale=True,
@@ -205,7 +205,7 @@ def caption_cross_view(data: pd.DataFrame) -> str:
 def figure_cross_view(load: Loader, n_samples: int = N_SAMPLES) -> list[PaperFigure]:
     """TDA paper Fig. 5: cross-view correlation per layer, the TDA specimen against the same
     config freshly initialised (seed 0), each sequence of ``n_samples`` a sample."""
-    trained = load(TDA)
+    trained = load(TDA_BETA1)
     with torch.random.fork_rng():
         torch.manual_seed(0)
         untrained = models.build_model(trained.cfg).eval()
@@ -220,7 +220,7 @@ def figure_cross_view(load: Loader, n_samples: int = N_SAMPLES) -> list[PaperFig
         value=("value", "mean"), constant_views=("constant_view", "sum")).reset_index()
     data = mean_interval(per_layer, ["model", "layer"], "value").merge(
         per_layer.groupby(["model", "layer"]).constant_views.sum().reset_index(), on=["model", "layer"])
-    data = data.assign(specimen=TDA, seq_len=CANONICAL_SEQ_LEN)
+    data = data.assign(specimen=TDA_BETA1, seq_len=CANONICAL_SEQ_LEN)
     return [paper_figure("05_cross_view_correlation", data,
                          lambda b: plots.chart(data, "layer", "mean", series="model", kind="bar",
                                                interval=("mean_low", "mean_high"), title="Cross-view correlation",
@@ -240,8 +240,8 @@ def caption_logit_tails(data: pd.DataFrame) -> str:
 @register("logit_tails", {"06_logit_tails": "Tails of TDA's attention logits against a Gaussian (TDA paper Table 7)"})
 def figure_logit_tails(load: Loader, ks: Sequence[float] = (2, 3, 4)) -> list[PaperFigure]:
     """TDA paper Table 7: P(|s| > k sigma) of the TDA specimen's raw logits per layer and view."""
-    _, maps = capture_maps(load(TDA), load_split("iid", N_SEQUENCES), ["scores_1", "scores_2"])
+    _, maps = capture_maps(load(TDA_BETA1), load_split("iid", N_SEQUENCES), ["scores_1", "scores_2"])
     data = pd.concat([tail_probabilities(maps[hook], ks, name=hook) for hook in ("scores_1", "scores_2")],
-                     ignore_index=True).assign(model=TDA, n_sequences=N_SEQUENCES)
+                     ignore_index=True).assign(model=TDA_BETA1, n_sequences=N_SEQUENCES)
     data["layer_scores"] = "L" + data.layer.astype(str) + " " + data["map"]
     return [paper_figure("06_logit_tails", data, lambda b: plots.tail_chart(data, series="layer_scores", backend=b))]

@@ -47,6 +47,9 @@ ENTRIES: dict[str, Entry] = {
     **{f"{model}-mech": Entry(f"{what}, 2 layers x 4 heads, d_model 64, trained at T = 512 (Table 1 cpu scale, "
                               "seed 0)")
        for model, what in TABLE1_SPECIMENS.items()},
+    "tda-beta1": Entry("TDA, 2 layers x 4 heads, d_model 64, trained at T = 512 with its threshold at the paper's "
+                       "beta = 1 (held at 0, ramped to 1 and held there; the run the rule of `glitchlens reproduce "
+                       "tda-threshold` chose)"),
     "automaton-1l": Entry("softmax attention with RoPE, 1 layer x 1 head, d_model 128, trained at T = 128 on the "
                           "flip-flop automaton simulation task (flip-flop paper Def. 1, p(bottom) = 0.5)"),
     "automaton-1l-sharp": Entry("automaton-1l's set-up trained with the entropy attention-sharpening regulariser at "
