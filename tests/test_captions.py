@@ -49,10 +49,11 @@ def test_02b_says_what_the_peaks_show():
     equal = peaks([0.9, 0.5], [0.9, 0.5], [0.3, 0.8])
     assert peak_relations(equal).relation.tolist() == ["equal to view 1's"] * 2
     text = caption_max_weight(equal)
-    assert "is equal to view 1's in 2, below the larger view's in 0" in text and "In no head does inhibition" in text
-    lowered = peaks([0.6, 0.5], [0.9, 0.5], [0.3, 0.8])
-    assert peak_relations(lowered).relation.tolist() == ["below the larger view's", "equal to view 1's"]
-    assert "Inhibition lowers the peak in 1 of 2 heads" in caption_max_weight(lowered)
+    assert "is equal to view 1's in 2, below both views' in 0" in text and "In no head is the differential" in text
+    mixed = peaks([0.2, 0.6, 0.4, 0.95], [0.9, 0.9, 0.3, 0.9], [0.3, 0.3, 0.8, 0.3])
+    assert peak_relations(mixed).relation.tolist() == ["below both views'", "between the views'",
+                                                       "between the views'", "above both views'"]
+    assert "Inhibition lowers the peak below both views' in 1 of 4 heads" in caption_max_weight(mixed)
 
 
 def test_wilson_interval_known_answers():
