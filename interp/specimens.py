@@ -96,7 +96,8 @@ def tda_threshold_sweep_run(seed: int, steps: int = 1500) -> Specimen:
     """A run of ``glitchlens reproduce tda-threshold`` (``interp.studies``): the cpu scale's TDA
     (``tiny``, 4 heads, ``cpu-learning-authors``, T = 512, lr 1e-3, batch 16), beta fixed at 0 for
     the first third of the steps, ramped to the paper's 1 over the second third and held there, as
-    the TDA authors' code keeps it fixed at 1 (1500 steps; ``tda-threshold-long``: 3000; ``tda-threshold-4500``: 4500)."""
+    the TDA authors' code keeps it fixed at 1 (1500 steps; ``tda-threshold-long``: 3000;
+    ``tda-threshold-4500``: 4500)."""
     return Specimen("tda", "tiny", {"seq_len": 512, "batch_size": 16, "steps": steps, "lr": 1e-3, "seed": seed,
                                     "beta_schedule": "ramp", "beta_final": 1.0, "beta_ramp_start": steps // 3,
                                     "beta_ramp_end": 2 * steps // 3}, "cpu-learning-authors")

@@ -12,8 +12,8 @@ import torch
 import models
 from interp import plots
 from interp.figures.common import (
-    LENGTHS, N_SAMPLES, N_SEQUENCES, N_SWEEP_SEQUENCES, ROPE, TDA_BETA1, TRA, Loader, PaperFigure, across_lengths, caption,
-    heatmap_sequence, length_ends, mean_words, one, paper_figure, per_sequence, register, shown_window,
+    LENGTHS, N_SAMPLES, N_SEQUENCES, N_SWEEP_SEQUENCES, ROPE, TDA_BETA1, TRA, Loader, PaperFigure, across_lengths,
+    caption, heatmap_sequence, length_ends, mean_words, one, paper_figure, per_sequence, register, shown_window,
 )
 from interp.metrics import (
     capture_maps, cross_view_correlation, growth_exponent, inhibition, max_abs_weight, mean_interval, sink_ratio,
