@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -64,20 +65,12 @@ TDA_THRESHOLD_RULE = ("the lowest seed whose run has learned (>= 99% of the 1000
                       "4500-step one; if none has, none is shipped.")
 
 
-def tda_threshold_runs() -> dict[str, Specimen]:
-    return {f"tda-ramp-seed{seed}": tda_threshold_sweep_run(seed) for seed in TDA_THRESHOLD_SEEDS}
-
-
-def tda_threshold_long_runs() -> dict[str, Specimen]:
-    """The same at twice the steps (beta 0 to step 1000, ramped to 1 at 2000, held to 3000): the
-    1500-step runs read 96.3-98.2% of the held-out sequences, short of the rule's 99%."""
-    return {f"tda-ramp3000-seed{seed}": tda_threshold_sweep_run(seed, 3000) for seed in TDA_THRESHOLD_SEEDS}
-
-
-def tda_threshold_4500_runs() -> dict[str, Specimen]:
-    """The same at 4500 steps (beta 0 to step 1500, ramped to 1 at 3000, held to 4500): the
-    3000-step runs read 98.2-98.9% of the held-out sequences, their last 1000 steps at beta = 1."""
-    return {f"tda-ramp4500-seed{seed}": tda_threshold_sweep_run(seed, 4500) for seed in TDA_THRESHOLD_SEEDS}
+def tda_threshold_runs(steps: int = 1500) -> dict[str, Specimen]:
+    """Seeds 0-2 of TDA with beta ramped to 1, at ``steps``: 1500 (``tda-threshold``), 3000
+    (``tda-threshold-long``: the 1500-step runs read 96.3-98.2% of the held-out sequences, short of
+    the rule's 99%) or 4500 (``tda-threshold-4500``: the 3000-step runs read 98.2-98.9%)."""
+    tag = "" if steps == 1500 else str(steps)
+    return {f"tda-ramp{tag}-seed{seed}": tda_threshold_sweep_run(seed, steps) for seed in TDA_THRESHOLD_SEEDS}
 
 
 # Attention sharpening (flip-flop paper Sec. 5.2): automaton-1l's and rope-mech's set-ups, each
@@ -154,8 +147,9 @@ def table1_budget_runs() -> dict[str, Specimen]:
             for steps in TABLE1_BUDGETS for model in TABLE1_BUDGET_MODELS}
 
 
-STUDIES = {"app-a": app_a_runs, "tda-threshold": tda_threshold_runs, "tda-threshold-long": tda_threshold_long_runs,
-           "tda-threshold-4500": tda_threshold_4500_runs,
+STUDIES = {"app-a": app_a_runs, "tda-threshold": tda_threshold_runs,
+           "tda-threshold-long": partial(tda_threshold_runs, 3000),
+           "tda-threshold-4500": partial(tda_threshold_runs, 4500),
            "sharpening": sharpening_runs,
            "mixture": mixture_runs, "table1-budget": table1_budget_runs}
 EVALUATIONS = {"sharpening": sharpening_evaluation}
