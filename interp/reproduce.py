@@ -152,6 +152,22 @@ def check_configs(models: tuple[str, ...], scale: Scale) -> None:
         configs(model, 0, scale)
 
 
+def check_finished_at(out: Path, runs: dict[str, tuple], scale: Scale) -> None:
+    """Refuse to go on with a sweep in ``out`` that holds finished runs of another scale (another
+    ``--steps``, say): they would be read back as this sweep's own. Before any run starts."""
+    wanted = asdict(scale)
+    for name in runs:
+        result_file = out / "runs" / name / "result.json"
+        if not result_file.exists():
+            continue
+        trained = json.loads(result_file.read_text()).get("scale") or {}
+        differs = ", ".join(f"{field} {trained.get(field)!r}, not {value!r}"
+                            for field, value in wanted.items() if trained.get(field) != value)
+        if differs:
+            raise ValueError(f"{result_file.parent} is a finished run of another scale ({differs}): "
+                             "give each scale and --steps an --out of its own")
+
+
 def sweep(out: Path, scale: Scale, models: tuple[str, ...], seeds: int, jobs: int,
           ray_address: str | None = None) -> list[dict]:
     """Every (model, seed) of ``scale`` under ``out/runs``, ``jobs`` at a time or on the Ray cluster
@@ -161,6 +177,7 @@ def sweep(out: Path, scale: Scale, models: tuple[str, ...], seeds: int, jobs: in
     # seed by seed, in the order of ``models``, so that an interrupted sweep has every model's
     # first seeds, and the runs wanted first (the specimens) come first when named first
     runs = {run_name(model, seed): (model, seed, scale, str(out)) for seed in range(seeds) for model in models}
+    check_finished_at(out, runs, scale)
     results = run_all(run_one, runs, jobs, ray_address)
     return sorted(results, key=lambda r: (models.index(r["model"]), r["seed"]))
 

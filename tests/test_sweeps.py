@@ -5,12 +5,14 @@ import json
 import math
 import shutil
 import sys
+from dataclasses import asdict, replace
+from pathlib import Path
 
 import pytest
 
 from interp import sweeps
 from interp.cli import main
-from interp.reproduce import Scale, sweep
+from interp.reproduce import SCALES, Scale, sweep
 from interp.sweeps import SweepFailed, ray_session, run_all
 
 QUICK = Scale(preset="tiny", steps=6, lr=1e-3, batch_size=2, recipe="llama", eval_n=3, eval_every=3, seq_len=64)
@@ -60,3 +62,29 @@ def test_ray_without_the_extra_says_how_to_install_it(tmp_path, monkeypatch, cap
     assert main(["reproduce", "table1", "--models", "lstm", "--seeds", "1", "--out", str(tmp_path),
                  "--ray", "auto"]) == 2
     assert "install the ray extra: pip install -e '.[ray]'" in capsys.readouterr().err
+
+
+def test_a_sweep_refuses_an_out_with_runs_of_another_scale(tmp_path, monkeypatch):
+    """A finished run is read back, not trained again, so one trained at another budget would pass
+    for this sweep's own: refused before any run starts."""
+    finished = tmp_path / "runs" / "lstm-seed0"
+    finished.mkdir(parents=True)
+    (finished / "result.json").write_text(json.dumps({"model": "lstm", "seed": 0, "scale": asdict(QUICK)}))
+    monkeypatch.setattr("interp.reproduce.run_all", lambda *a, **k: pytest.fail("a run started"))
+    with pytest.raises(ValueError, match="lstm-seed0 is a finished run of another scale \\(steps 6, not 7\\)"):
+        sweep(tmp_path, replace(QUICK, steps=7), ("fot", "lstm"), seeds=1, jobs=1)
+
+
+def test_steps_sets_the_budget_of_table1_and_recipes_only(tmp_path, monkeypatch, capsys):
+    scales = []
+
+    def reproduce_table1(out, scale, *args, **kwargs):
+        scales.append(scale)
+        (Path(out) / "table1.md").write_text("table\n")
+
+    monkeypatch.setattr("interp.reproduce.reproduce_table1", reproduce_table1)
+    assert main(["reproduce", "table1", "--steps", "10000", "--out", str(tmp_path), "--quiet"]) == 0
+    assert scales == [replace(SCALES["cpu"], steps=10_000)]
+    assert main(["reproduce", "sharpening", "--steps", "10", "--out", str(tmp_path / "study")]) == 2
+    assert "--steps is for table1 and recipes: sharpening fixes its runs' budgets" in capsys.readouterr().err
+    assert not (tmp_path / "study").exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -229,20 +230,24 @@ def cmd_hunt(args) -> int:
 
 def cmd_reproduce(args) -> int:
     from interp import sweeps
-    from interp.reproduce import TABLE1_MODELS, reproduce_recipes, reproduce_table1
+    from interp.reproduce import SCALES, TABLE1_MODELS, reproduce_recipes, reproduce_table1
     from interp.studies import STUDIES, run_study
 
     models = tuple(args.models.split(",")) if args.models else TABLE1_MODELS
+    scale = SCALES[args.scale] if args.steps is None else replace(SCALES[args.scale], steps=args.steps)
     sweeps.SHOW_PROGRESS = not args.quiet
     if args.what in STUDIES:
+        if args.steps is not None:
+            raise ValueError(f"--steps is for table1 and recipes: {args.what} fixes its runs' budgets "
+                             "(interp/studies.py)")
         run_study(args.what, args.out, args.jobs, args.ray, train=not args.report_only)
         report = "summary.md"
     elif args.what == "recipes":
-        reproduce_recipes(args.out, tuple(args.recipes.split(",")), models, args.seeds, args.jobs, args.scale,
+        reproduce_recipes(args.out, tuple(args.recipes.split(",")), models, args.seeds, args.jobs, scale,
                           ray_address=args.ray)
         report = "recipes.md"
     else:
-        reproduce_table1(args.out, args.scale, args.seeds, args.jobs, models, train=not args.report_only,
+        reproduce_table1(args.out, scale, args.seeds, args.jobs, models, train=not args.report_only,
                          ray_address=args.ray)
         report = "table1.md"
     print(f"wrote {args.out}/{report}")

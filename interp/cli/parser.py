@@ -249,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "batch 16, T = 512; learning: tiny models with 4 heads (recipe cpu-learning), 1000 steps at "
                         "T = 128 (docs/learning-notes.md \"Learning on CPU\"); paper: the TRA paper's mini models, 25k steps at "
                         "lr 1e-4, batch 64 (a GPU's work)")
+    p.add_argument("--steps", type=positive_int, default=None,
+                   help="table1, recipes: train every run for this many steps instead of the scale's (the cosine "
+                        "schedule stretched to them, nothing else changed); give each budget an --out of its own")
     p.add_argument("--models", default=None, help="comma-separated models (default: the 12 of Table 1)")
     p.add_argument("--recipes", default="llama,authors",
                    help="recipes: comma-separated names from interp/recipes.py")
