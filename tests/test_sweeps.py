@@ -82,9 +82,16 @@ def test_steps_sets_the_budget_of_table1_and_recipes_only(tmp_path, monkeypatch,
         scales.append(scale)
         (Path(out) / "table1.md").write_text("table\n")
 
+    def reproduce_recipes(out, recipes, models, seeds, jobs, scale, **kwargs):
+        scales.append(scale)
+        (Path(out) / "recipes.md").write_text("table\n")
+
     monkeypatch.setattr("interp.reproduce.reproduce_table1", reproduce_table1)
+    monkeypatch.setattr("interp.reproduce.reproduce_recipes", reproduce_recipes)
     assert main(["reproduce", "table1", "--steps", "10000", "--out", str(tmp_path), "--quiet"]) == 0
-    assert scales == [replace(SCALES["cpu"], steps=10_000)]
+    assert main(["reproduce", "recipes", "--scale", "learning", "--steps", "2000", "--out", str(tmp_path)]) == 0
+    assert main(["reproduce", "table1", "--out", str(tmp_path)]) == 0
+    assert scales == [replace(SCALES["cpu"], steps=10_000), replace(SCALES["learning"], steps=2000), SCALES["cpu"]]
     assert main(["reproduce", "sharpening", "--steps", "10", "--out", str(tmp_path / "study")]) == 2
     assert "--steps is for table1 and recipes: sharpening fixes its runs' budgets" in capsys.readouterr().err
     assert not (tmp_path / "study").exists()
