@@ -103,10 +103,13 @@ def run_name(model: str, seed: int) -> str:
     return f"{model}-seed{seed}"
 
 
-def run_one(model: str, seed: int, scale: Scale, out: str) -> dict:
-    """Train and evaluate one (model, seed); return its result (read from disk if done)."""
+def run_one(model: str, seed: int, scale: Scale, out: str, device: str = "cpu") -> dict:
+    """Train and evaluate one (model, seed) on ``device``; return its result (read from disk if
+    done). The result names the device: runs of one configuration differ between devices by
+    float rounding."""
     return train_and_evaluate(Path(out) / "runs" / run_name(model, seed), configs(model, seed, scale),
-                              {"model": model, "seed": seed, "scale": asdict(scale)}, scale.eval_n)
+                              {"model": model, "seed": seed, "scale": asdict(scale), "device": device},
+                              scale.eval_n, device=device)
 
 
 def flipflop_evaluation(model, train_cfg, eval_n: int | None) -> dict:
@@ -123,7 +126,7 @@ def flipflop_evaluation(model, train_cfg, eval_n: int | None) -> dict:
 
 
 def train_and_evaluate(run_dir: Path, run_configs: tuple, header: dict, eval_n: int | None,
-                       evaluate=flipflop_evaluation) -> dict:
+                       evaluate=flipflop_evaluation, device: str = "cpu") -> dict:
     """Train one run of a sweep in ``run_dir`` (resuming it if it stopped) on one torch thread,
     evaluate it (``evaluate(model, train_cfg, eval_n)``, by default :func:`flipflop_evaluation`)
     and write ``result.json`` atomically: ``header``, the learning curve and the evaluation. A run
@@ -137,7 +140,7 @@ def train_and_evaluate(run_dir: Path, run_configs: tuple, header: dict, eval_n: 
         return json.loads(result_file.read_text())
     torch.set_num_threads(1)
     model_cfg, train_cfg = run_configs
-    trained = train(model_cfg, train_cfg, run_dir, resume=True, progress=False)
+    trained = train(model_cfg, train_cfg, run_dir, resume=True, progress=False, device=device)
     result = {**header, "learning_curve": learning_curve(run_dir), **evaluate(trained, train_cfg, eval_n)}
     tmp = result_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=2))
@@ -168,15 +171,31 @@ def check_finished_at(out: Path, runs: dict[str, tuple], scale: Scale) -> None:
                              "give each scale and --steps an --out of its own")
 
 
+def check_device(device: str, ray_address: str | None) -> None:
+    """Refuse, before any run starts, a device the runs could not use (each would fail alike),
+    and a device other than the CPU on Ray, whose tasks ask for one CPU and no GPU."""
+    import torch
+
+    from models.checkpoint import on_device
+
+    if ray_address and device != "cpu":
+        raise ValueError(f"--device {device} with --ray: the Ray tasks ask for one CPU each, no GPU; "
+                         "run a GPU sweep on its machine without --ray")
+    on_device(torch.empty(0), device)
+
+
 def sweep(out: Path, scale: Scale, models: tuple[str, ...], seeds: int, jobs: int,
-          ray_address: str | None = None) -> list[dict]:
-    """Every (model, seed) of ``scale`` under ``out/runs``, ``jobs`` at a time or on the Ray cluster
-    at ``ray_address``; finished runs are read back, unfinished ones resume. Results in ``models``
-    order, then by seed; raises ``interp.sweeps.SweepFailed`` after the last run if any failed."""
+          ray_address: str | None = None, device: str = "cpu") -> list[dict]:
+    """Every (model, seed) of ``scale`` under ``out/runs``, ``jobs`` at a time on ``device`` or on
+    the Ray cluster at ``ray_address``; finished runs are read back, unfinished ones resume.
+    Results in ``models`` order, then by seed; raises ``interp.sweeps.SweepFailed`` after the
+    last run if any failed."""
+    check_device(device, ray_address)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     # seed by seed, in the order of ``models``, so that an interrupted sweep has every model's
     # first seeds, and the runs wanted first (the specimens) come first when named first
-    runs = {run_name(model, seed): (model, seed, scale, str(out)) for seed in range(seeds) for model in models}
+    runs = {run_name(model, seed): (model, seed, scale, str(out), device)
+            for seed in range(seeds) for model in models}
     check_finished_at(out, runs, scale)
     results = run_all(run_one, runs, jobs, ray_address)
     return sorted(results, key=lambda r: (models.index(r["model"]), r["seed"]))
@@ -191,14 +210,15 @@ def finished_runs(out: Path, models: tuple[str, ...], seeds: int) -> list[dict]:
 
 def reproduce_table1(out: str | Path, scale: str | Scale = "cpu", seeds: int = 3, jobs: int = 2,
                      models: tuple[str, ...] = TABLE1_MODELS, train: bool = True,
-                     ray_address: str | None = None) -> pd.DataFrame:
-    """Run (or resume) the sweep, on the Ray cluster at ``ray_address`` if given, and write
+                     ray_address: str | None = None, device: str = "cpu") -> pd.DataFrame:
+    """Run (or resume) the sweep on ``device``, or on the Ray cluster at ``ray_address``, and write
     ``table1.csv`` and ``table1.md`` to ``out``; ``train=False`` writes them from the runs that
     have finished, training nothing."""
     scale = SCALES[scale] if isinstance(scale, str) else scale
     out = Path(out)
     check_configs(models, scale)
-    results = sweep(out, scale, models, seeds, jobs, ray_address) if train else finished_runs(out, models, seeds)
+    results = (sweep(out, scale, models, seeds, jobs, ray_address, device) if train
+               else finished_runs(out, models, seeds))
     if not results:
         raise ValueError(f"no finished run under {out / 'runs'}: run the sweep first (without --report-only)")
     table = summarise_runs(results)
@@ -250,14 +270,16 @@ LEARNED = 0.99   # full-sequence accuracy that counts as learned (issue: >= 99%)
 
 
 def reproduce_recipes(out: str | Path, recipes: tuple[str, ...], models: tuple[str, ...], seeds: int = 3,
-                      jobs: int = 2, scale: str | Scale = "cpu", ray_address: str | None = None) -> pd.DataFrame:
+                      jobs: int = 2, scale: str | Scale = "cpu", ray_address: str | None = None,
+                      device: str = "cpu") -> pd.DataFrame:
     """Which recipe learns: every (recipe, model, seed) at ``scale`` with that recipe, under
     ``out/<recipe>``; writes ``recipes.csv`` and ``recipes.md`` to ``out``. A seed has learned
     when its full-sequence accuracy on ``HELD_OUT_N`` held-out FFL(0.8) sequences of the
     training length is >= 99% (at T = 512 that is the ``iid`` distribution; the canonical
     ``iid`` split's accuracy is reported beside it, which at a shorter training length also
     measures extrapolation); its learning step is the first quick check at which all
-    ``QUICK_EVAL_N`` iid sequences were right. Runs on the Ray cluster at ``ray_address`` if given."""
+    ``QUICK_EVAL_N`` iid sequences were right. Runs on ``device``, or on the Ray cluster at
+    ``ray_address`` if given."""
     from dataclasses import replace
 
     scale = SCALES[scale] if isinstance(scale, str) else scale
@@ -266,7 +288,7 @@ def reproduce_recipes(out: str | Path, recipes: tuple[str, ...], models: tuple[s
         check_configs(models, replace(scale, recipe=recipe))
     rows = []
     for recipe in recipes:
-        for r in sweep(out / recipe, replace(scale, recipe=recipe), models, seeds, jobs, ray_address):
+        for r in sweep(out / recipe, replace(scale, recipe=recipe), models, seeds, jobs, ray_address, device):
             held = r["held_out"]["sequence_accuracy"]
             first = next((step for step, accuracy in r["learning_curve"] if accuracy >= 1.0), None)
             rows.append({"recipe": recipe, "model": r["model"], "seed": r["seed"], "held_out": held,

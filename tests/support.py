@@ -286,38 +286,35 @@ def errors(a: tuple, b: tuple, rows: torch.Tensor) -> dict:
 
 def compare(fn: Callable, reference: Callable, make_inputs: Callable, near: Callable, case: Case, device,
             **options) -> dict:
-    """``fn`` on ``make_inputs(case, generator, device)`` (``case.dtype``) against ``reference``
-    in float32 on the same values and, for half precision, ``reference`` in ``case.dtype``
-    against the same float32 run (what rounding alone costs). Rows with a score near a
-    threshold (``near(x, case)``, ``[batch, head, query, key]``) are left out."""
+    """``fn`` on ``make_inputs(case, generator, device)`` (``case.dtype``), and ``reference`` on
+    the same values in the same dtype (what rounding alone costs), each against ``reference`` in
+    float64. Rows with a score near a threshold (``near(x, case)``, ``[batch, head, query,
+    key]``) are left out."""
     gen = torch.Generator().manual_seed(0)
     x = make_inputs(case, gen, device)
     x32 = {key: t.detach().float().requires_grad_() for key, t in x.items()}
     keep = ~near(x32, case).any(-1)                                             # [batch, head, query_pos]
     rows = keep.transpose(1, 2)[..., None].to(device)
     dz = torch.randn(B, case.T, H, case.D, generator=gen).to(device) * rows
-    exact = run(reference, x32, dz, **options)
+    exact = run(reference, {key: t.detach().double().requires_grad_() for key, t in x.items()}, dz.double(),
+                **options)
     fast = run(fn, x, dz, **options)
     assert fast[0].dtype == case.dtype
-    result = {"fast": errors(fast, exact, rows), "left_out_rows": int((~keep).sum())}
-    if case.dtype != torch.float32:
-        result["reference"] = errors(run(reference, x, dz, **options), exact, rows)
-    return result
+    return {"fast": errors(fast, exact, rows), "reference": errors(run(reference, x, dz, **options), exact, rows),
+            "left_out_rows": int((~keep).sum())}
 
 
-def check(*args, **options):
-    """:func:`compare`'s arguments. float32: outputs within 1e-4, gradients within 1e-3; bf16 and
-    fp16: the fast path about as close to the float32 computation as the reference run in that
-    dtype is."""
-    result = compare(*args, **options)
-    fast = result["fast"]
-    if "reference" not in result:
-        assert fast["out"] <= 1e-4, result
-        assert all(e < 1e-3 for e in fast["grads"].values()), result
-        return
-    reference = result["reference"]
-    assert fast["out"] <= 2 * reference["out"] + 1e-3, result
-    assert all(fast["grads"][key] <= 2 * err + 1e-2 for key, err in reference["grads"].items()), result
+def check(fn: Callable, reference: Callable, make_inputs: Callable, near: Callable, case: Case, device, **options):
+    """:func:`compare`'s arguments: the fast path about as close to the float64 computation as
+    the reference run in the same dtype is, give or take 1e-4 on outputs and 1e-3 on gradients
+    in float32 (1e-3 and 1e-2 in bf16 and fp16). A fixed bound alone would not do: at T = 130
+    the float32 reference itself is 5e-5 from float64 on CoPE's outputs, and on an H200 the CPU
+    path's float32 cumulative sums land 1.6e-4 from the reference's."""
+    result = compare(fn, reference, make_inputs, near, case, device, **options)
+    fast, rounding = result["fast"], result["reference"]
+    out_slack, grad_slack = (1e-4, 1e-3) if case.dtype == torch.float32 else (1e-3, 1e-2)
+    assert fast["out"] <= 2 * rounding["out"] + out_slack, result
+    assert all(fast["grads"][key] <= 2 * err + grad_slack for key, err in rounding["grads"].items()), result
 
 
 def half_precision(case: Case) -> list[Case]:

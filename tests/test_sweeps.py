@@ -9,6 +9,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from interp import sweeps
 from interp.cli import main
@@ -51,6 +52,7 @@ def test_ray_sweep_equals_the_local_one(tmp_path):
             sweep(tmp_path / "failing", QUICK, ("lstm", BROKEN), seeds=1, jobs=2, ray_address="local")
     assert [(r["model"], r["seed"]) for r in on_ray] == [("fot", 0), ("lstm", 0)]
     assert on_ray == local, "one thread a run: the same training and evaluation wherever it runs"
+    assert [r["device"] for r in local] == ["cpu", "cpu"], "a result names the device it was trained on"
     local_files = result_files(tmp_path / "local")
     assert result_files(tmp_path / "ray") == local_files
     assert result_files(tmp_path / "failing") == {"lstm-seed0": local_files["lstm-seed0"]}, \
@@ -95,3 +97,26 @@ def test_steps_sets_the_budget_of_table1_and_recipes_only(tmp_path, monkeypatch,
     assert main(["reproduce", "sharpening", "--steps", "10", "--out", str(tmp_path / "study")]) == 2
     assert "--steps is for table1 and recipes: sharpening fixes its runs' budgets" in capsys.readouterr().err
     assert not (tmp_path / "study").exists()
+
+
+def test_device_reaches_table1_and_recipes_and_a_sweep_refuses_one_it_cannot_use(tmp_path, monkeypatch, capsys):
+    devices = []
+
+    def reproduce_table1(out, scale, *args, device, **kwargs):
+        devices.append(device)
+        (Path(out) / "table1.md").write_text("table\n")
+
+    monkeypatch.setattr("interp.reproduce.reproduce_table1", reproduce_table1)
+    assert main(["reproduce", "table1", "--device", "cuda", "--out", str(tmp_path), "--quiet"]) == 0
+    assert main(["reproduce", "table1", "--out", str(tmp_path), "--quiet"]) == 0
+    assert devices == ["cuda", "cpu"]
+    assert main(["reproduce", "sharpening", "--device", "cuda", "--out", str(tmp_path / "study")]) == 2
+    assert "--device is for table1 and recipes: sharpening trains on the CPU" in capsys.readouterr().err
+    monkeypatch.setattr("interp.reproduce.run_all", lambda *a, **k: pytest.fail("a run started"))
+    with pytest.raises(ValueError, match="--device cuda with --ray: the Ray tasks ask for one CPU each, no GPU"):
+        sweep(tmp_path / "ray", QUICK, ("lstm",), seeds=1, jobs=1, ray_address="auto", device="cuda")
+    with pytest.raises(ValueError, match="device 'gpu' is not usable here .*; use --device cpu"):
+        sweep(tmp_path / "named", QUICK, ("lstm",), seeds=1, jobs=1, device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device 'cuda' is not usable here"):
+            sweep(tmp_path / "cuda", QUICK, ("lstm",), seeds=1, jobs=1, device="cuda")

@@ -240,15 +240,18 @@ def cmd_reproduce(args) -> int:
         if args.steps is not None:
             raise ValueError(f"--steps is for table1 and recipes: {args.what} fixes its runs' budgets "
                              "(interp/studies.py)")
+        if args.device != "cpu":
+            raise ValueError(f"--device is for table1 and recipes: {args.what} trains on the CPU "
+                             "(interp/studies.py)")
         run_study(args.what, args.out, args.jobs, args.ray, train=not args.report_only)
         report = "summary.md"
     elif args.what == "recipes":
         reproduce_recipes(args.out, tuple(args.recipes.split(",")), models, args.seeds, args.jobs, scale,
-                          ray_address=args.ray)
+                          ray_address=args.ray, device=args.device)
         report = "recipes.md"
     else:
         reproduce_table1(args.out, scale, args.seeds, args.jobs, models, train=not args.report_only,
-                         ray_address=args.ray)
+                         ray_address=args.ray, device=args.device)
         report = "table1.md"
     print(f"wrote {args.out}/{report}")
     print((Path(args.out) / report).read_text())

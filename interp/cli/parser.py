@@ -252,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=positive_int, default=None,
                    help="table1, recipes: train every run for this many steps instead of the scale's (the cosine "
                         "schedule stretched to them, nothing else changed); give each budget an --out of its own")
+    p.add_argument("--device", default="cpu",
+                   help="table1, recipes: train and evaluate every run on this torch device, e.g. cuda (the --jobs "
+                        "runs share it; the Triton kernels run there); each result.json names it")
     p.add_argument("--models", default=None, help="comma-separated models (default: the 12 of Table 1)")
     p.add_argument("--recipes", default="llama,authors",
                    help="recipes: comma-separated names from interp/recipes.py")
