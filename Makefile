@@ -14,8 +14,10 @@ TEST_WORKERS ?= 2
 CALL_S ?= 480
 GPU_RUNS ?= runs/gpu
 GPU_TEST_WORKERS ?= 8
+STEPS ?= 10000
+GPU_JOBS ?= 15
 
-.PHONY: setup demo test notebooks gpu-test gpu-bench gpu-specimen
+.PHONY: setup demo test notebooks gpu-test gpu-bench gpu-specimen gpu-table1
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -55,3 +57,12 @@ gpu-specimen: setup
 	    --device cuda --out $(GPU_RUNS)/$(NAME) --checkpoint-every 500 --resume || status=$$?; \
 	if [ $$status = 124 ]; then echo "$(NAME): saved after $(CALL_S) s; run the same command again to go on"; exit 0; fi; \
 	test $$status = 0 && $(BIN)/glitchlens pretrained build $(NAME) --from-run $(GPU_RUNS)/$(NAME)
+
+# Table 1 at one budget (docs/results.md "Longer budgets"): the 12 models, 3 seeds, STEPS steps each, GPU_JOBS
+# runs sharing the GPU. Each call trains for CALL_S seconds, then the Ctrl-C of `timeout` stops every run after
+# its step with its checkpoint saved, and the same command resumes them.
+gpu-table1: setup
+	status=0; timeout -s INT $(CALL_S) $(BIN)/glitchlens reproduce table1 --steps $(STEPS) --device cuda \
+	    --jobs $(GPU_JOBS) --quiet --out runs/table1-$(STEPS) || status=$$?; \
+	if [ $$status = 124 ]; then echo "table1-$(STEPS): stopped after $(CALL_S) s; run the same command again"; \
+	    exit 0; fi; exit $$status

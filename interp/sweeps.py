@@ -15,6 +15,7 @@ cluster's head node through the Ray Client, from a machine outside the cluster.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -61,12 +62,47 @@ Finished = Iterator[tuple[str, object, BaseException | None]]   # (name, result,
 
 
 def _here(function: Callable, runs: dict[str, tuple], jobs: int) -> Finished:
+    """The runs in ``jobs`` worker processes. Ctrl-C reaches the workers too (a terminal and
+    ``timeout -s INT`` signal the whole process group): each run it finds training saves its
+    checkpoint and stops (:func:`_run_in_worker`), no run starts after it, and the
+    KeyboardInterrupt goes on once every worker has stopped, so that nothing is still writing
+    when the command returns."""
     # spawn, not fork: a forked child inherits the parent's OpenMP state, which can hang it
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(function, *args): name for name, args in runs.items()}
+    context = multiprocessing.get_context("spawn")
+    stopping = context.Event()
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_start_worker, initargs=(stopping,))
+    try:
+        futures = {pool.submit(_run_in_worker, function, *args): name for name, args in runs.items()}
         for future in as_completed(futures):
             error = future.exception()
             yield futures[future], None if error else future.result(), error
+    finally:
+        # the pool hands a waiting run to each worker ahead of time, out of reach of cancel_futures
+        stopping.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+_stopping = None   # in a worker: the sweep's event, set once no run may start
+
+
+def _start_worker(stopping) -> None:
+    """A worker ignores Ctrl-C between runs: one interrupted while it waits for the next run would
+    die, and its pool with it (leaving semaphores for the resource tracker to complain about)."""
+    global _stopping
+    _stopping = stopping
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_in_worker(function: Callable, *args):
+    """``function(*args)``, with Ctrl-C interrupting it (a training run turns the interrupt into a
+    checkpoint and a stop: ``interp.train_setup.GracefulInterrupt``), unless the sweep is stopping."""
+    if _stopping.is_set():
+        raise KeyboardInterrupt("the sweep was interrupted before this run started")
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return function(*args)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _on_ray(function: Callable, runs: dict[str, tuple], jobs: int, address: str) -> Finished:

@@ -256,8 +256,11 @@ class GracefulInterrupt:
 
 class TrainingInterrupted(Exception):
     def __init__(self, step: int, path: Path, during: str = "after step"):
-        self.step, self.path = step, path
+        self.step, self.path, self.during = step, path, during
         super().__init__(f"interrupted {during} {step}; checkpoint saved to {path} (resume with --resume)")
+
+    def __reduce__(self):  # a sweep's worker sends it to the parent pickled
+        return type(self), (self.step, self.path, self.during)
 
 
 class TrainingDiverged(RuntimeError):
@@ -265,12 +268,15 @@ class TrainingDiverged(RuntimeError):
     diverged run past ``kept_step`` is saved."""
 
     def __init__(self, step: int, what: str, out: Path, kept_step: int | None):
-        self.step, self.kept_step = step, kept_step
+        self.step, self.what, self.out, self.kept_step = step, what, out, kept_step
         kept = (f"{out} keeps the last finite checkpoint, of step {kept_step}" if kept_step is not None else
                 f"no checkpoint of this run was saved, and {out} is as it was (--checkpoint-every N keeps "
                 "intermediate ones)")
         super().__init__(f"training diverged at step {step}: {what} is NaN or infinite; {kept}. "
                          "Lower --lr or raise --warmup")
+
+    def __reduce__(self):  # a sweep's worker sends it to the parent pickled
+        return type(self), (self.step, self.what, self.out, self.kept_step)
 
 
 def reuse_freed_memory() -> bool:

@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -155,6 +156,30 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # For the tests that use it (with pytest.mark.browser): skipped, saying why, where it is missing.
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install "
                                     "chromium); the page was not browser-tested")
+
+
+def screen(text: str) -> list[str]:
+    """The lines a terminal shows for ``text``: a carriage return (a progress bar's redraw)
+    moves back to the start of the line, whose old characters stay until overwritten."""
+    lines = []
+    for line in text.split("\n"):
+        shown = ""
+        for part in line.split("\r"):
+            shown = part + shown[len(part):]
+        lines.append(shown.rstrip())
+    return [line for line in lines if line]
+
+
+def glitchlens_as_from_a_terminal(*args: str, **popen) -> subprocess.Popen:
+    """``python -m interp.cli ARGS`` started as from a terminal, SIGINT at its default and
+    unblocked (a child inherits an ignored or blocked SIGINT, as a test worker may have it), in
+    a process group of its own, which a Ctrl-C signals whole; its stdout's first line is the
+    launcher's, written just before the command starts."""
+    launcher = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                "signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT]); print(flush=True); "
+                "os.execv(sys.executable, [sys.executable, '-m', 'interp.cli', *sys.argv[1:]])")
+    return subprocess.Popen([sys.executable, "-c", launcher, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, **popen)
 
 
 def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

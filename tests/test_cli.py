@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import models
 from interp.cli import build_parser, main, train_configs
 from interp.tasks import load_split, read_sequences
+from support import glitchlens_as_from_a_terminal, screen
 
 
 def glitchlens(*args):
@@ -385,18 +386,6 @@ def test_ctrl_c_anywhere_is_one_line_and_status_130(capsys, files, monkeypatch, 
     assert "Traceback" not in err and screen(err)[-1] == f"glitchlens {command[0]}: interrupted", err
 
 
-def screen(text: str) -> list[str]:
-    """The lines a terminal shows for ``text``: a carriage return (a progress bar's redraw)
-    moves back to the start of the line, whose old characters stay until overwritten."""
-    lines = []
-    for line in text.split("\n"):
-        shown = ""
-        for part in line.split("\r"):
-            shown = part + shown[len(part):]
-        lines.append(shown.rstrip())
-    return [line for line in lines if line]
-
-
 @pytest.mark.integration
 def test_ctrl_c_while_the_command_starts_is_one_line():
     """SIGINT while `glitchlens eval` imports torch and loads the model.
@@ -404,12 +393,8 @@ def test_ctrl_c_while_the_command_starts_is_one_line():
     The command starts as from a terminal, SIGINT at its default and unblocked: a child inherits
     an ignored or blocked SIGINT from its parent, and once a test worker ran the whole of
     `glitchlens eval` through the signal (which the failure message then shows)."""
-    as_from_a_terminal = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                          "signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT]); print(flush=True); "
-                          "os.execv(sys.executable, [sys.executable, '-m', 'interp.cli', 'eval', 'tra-mech'])")
     worker = f"this process: SIGINT {signal.getsignal(signal.SIGINT)}, blocked {signal.pthread_sigmask(signal.SIG_BLOCK, [])}"
-    proc = subprocess.Popen([sys.executable, "-c", as_from_a_terminal], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = glitchlens_as_from_a_terminal("eval", "tra-mech")
     proc.stdout.readline()  # the launcher's line: the command starts now
     time.sleep(1.0)  # in main by then (it starts in 0.2 s), importing torch (2 s)
     proc.send_signal(signal.SIGINT)

@@ -3,8 +3,13 @@ and a run that fails loses no other run's result but fails the sweep, naming it.
 
 import json
 import math
+import os
+import pickle
 import shutil
+import signal
+import subprocess
 import sys
+import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -15,6 +20,9 @@ from interp import sweeps
 from interp.cli import main
 from interp.reproduce import SCALES, Scale, sweep
 from interp.sweeps import SweepFailed, ray_session, run_all
+from interp.tasks.text import FlipFlopFormatError
+from interp.train_setup import TrainingDiverged, TrainingInterrupted
+from support import glitchlens_as_from_a_terminal, screen
 
 QUICK = Scale(preset="tiny", steps=6, lr=1e-3, batch_size=2, recipe="llama", eval_n=3, eval_every=3, seq_len=64)
 BROKEN = "nosuchmodel"   # its run fails when it builds its config
@@ -120,3 +128,47 @@ def test_device_reaches_table1_and_recipes_and_a_sweep_refuses_one_it_cannot_use
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="device 'cuda' is not usable here"):
             sweep(tmp_path / "cuda", QUICK, ("lstm",), seeds=1, jobs=1, device="cuda")
+
+
+@pytest.mark.parametrize("error", [TrainingInterrupted(7, Path("run")), TrainingDiverged(7, "the loss", Path("run"), 5),
+                                   FlipFlopFormatError("unknown token 'x'", 4, "w0r0x", sequence=1)], ids=type)
+def test_what_a_run_raises_reaches_the_sweep_whole(error):
+    """A worker sends its run's exception to the sweep pickled; one that could not be rebuilt there
+    would break the pool, and end every other run in it."""
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error) and str(back) == str(error) and vars(back) == vars(error)
+
+
+@pytest.mark.integration
+def test_ctrl_c_stops_a_sweep_in_one_line_with_the_running_run_saved_and_no_other_started(tmp_path):
+    """Ctrl-C signals the sweep's whole process group: the run training saves its step, the run
+    waiting for a worker does not start, and the command ends once no worker is left, in one line."""
+    out = tmp_path / "sweep"
+    proc = glitchlens_as_from_a_terminal("reproduce", "table1", "--models", "lstm,nope", "--seeds", "1", "--steps",
+                                         "3000", "--scale", "learning", "--jobs", "1", "--out", str(out))
+    proc.stdout.readline()
+    log = out / "runs" / "lstm-seed0" / "log.jsonl"
+    for _ in range(240):   # until the first run has logged a step
+        if log.exists() and log.read_text().strip():
+            break
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the sweep ran on through Ctrl-C")
+    assert proc.returncode == 130 and screen(err)[-1] == "glitchlens reproduce: interrupted", err
+    assert "Warning" not in err and "Traceback" not in err, err
+    for _ in range(50):   # no worker outlives the command (the resource tracker ends just after it)
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("a process of the sweep outlived it by 5 s")
+    last_logged = json.loads(log.read_text().splitlines()[-1])["step"]
+    saved = json.loads((log.parent / "config.json").read_text())["training"]["step"]
+    assert saved == last_logged, "the interrupted run saved the step it had reached"
+    assert not (out / "runs" / "nope-seed0" / "log.jsonl").exists(), "no run started after Ctrl-C"

@@ -44,6 +44,9 @@ class FlipFlopFormatError(ValueError):
             context = f": ...{text[lo:position]}[{text[position:position + 1]}]{text[position + 1:position + 9]}..."
         super().__init__(f"{prefix}invalid flip-flop string{which}{where}: {reason}{context}")
 
+    def __reduce__(self):  # e.g. from a sweep's worker, pickled
+        return type(self), (self.reason, self.position, self.text, self.sequence, self.source)
+
     def at(self, source: str) -> "FlipFlopFormatError":
         """The same error, located in a file."""
         return FlipFlopFormatError(self.reason, self.position, self.text, self.sequence, source)
