@@ -304,7 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("what", choices=["data", "models", "diagnose", "kernels", "tiles", "eval"],
                    help="what to time (docs/cpu-path-and-kernels.md \"Benchmarks\")")
     p.add_argument("checkpoint", nargs="?", help="bench tiles: a trained checkpoint directory")
-    p.add_argument("--repeats", type=positive_int, default=3, help="timed runs of each measurement; the best counts")
+    p.add_argument("--repeats", type=positive_int, default=3,
+                   help="timed runs of each measurement; the best counts (bench kernels: the median, after a warm-up)")
     p.add_argument("--out", type=output_path, default=None, metavar="CSV",
                    help="bench kernels: append the rows here, and skip the (kernel, T) pairs it already holds; "
                         "with --compile-only a folder for compile.csv and the binaries")
