@@ -172,3 +172,9 @@ def test_ctrl_c_stops_a_sweep_in_one_line_with_the_running_run_saved_and_no_othe
     saved = json.loads((log.parent / "config.json").read_text())["training"]["step"]
     assert saved == last_logged, "the interrupted run saved the step it had reached"
     assert not (out / "runs" / "nope-seed0" / "log.jsonl").exists(), "no run started after Ctrl-C"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make gpu-test)")
+def test_a_sweep_on_cuda_trains_there_and_says_so(tmp_path):
+    [result] = sweep(tmp_path, QUICK, ("tra",), seeds=1, jobs=1, device="cuda")
+    assert result["device"] == "cuda" and result["splits"]["iid"]["reads"] > 0
