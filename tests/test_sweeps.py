@@ -114,10 +114,16 @@ def test_device_reaches_table1_and_recipes_and_a_sweep_refuses_one_it_cannot_use
         devices.append(device)
         (Path(out) / "table1.md").write_text("table\n")
 
+    def reproduce_recipes(out, *args, device, **kwargs):
+        devices.append(device)
+        (Path(out) / "recipes.md").write_text("table\n")
+
     monkeypatch.setattr("interp.reproduce.reproduce_table1", reproduce_table1)
+    monkeypatch.setattr("interp.reproduce.reproduce_recipes", reproduce_recipes)
     assert main(["reproduce", "table1", "--device", "cuda", "--out", str(tmp_path), "--quiet"]) == 0
+    assert main(["reproduce", "recipes", "--device", "cuda", "--out", str(tmp_path), "--quiet"]) == 0
     assert main(["reproduce", "table1", "--out", str(tmp_path), "--quiet"]) == 0
-    assert devices == ["cuda", "cpu"]
+    assert devices == ["cuda", "cuda", "cpu"]
     assert main(["reproduce", "sharpening", "--device", "cuda", "--out", str(tmp_path / "study")]) == 2
     assert "--device is for table1 and recipes: sharpening trains on the CPU" in capsys.readouterr().err
     monkeypatch.setattr("interp.reproduce.run_all", lambda *a, **k: pytest.fail("a run started"))
