@@ -347,6 +347,22 @@ def half_precision(case: Case) -> list[Case]:
     return [dataclasses.replace(case, dtype=dtype) for dtype in (torch.bfloat16, torch.float16)]
 
 
+SWEEP_LENGTHS = (17, 64, 65, 130)
+SWEEP_HEAD_DIMS = (16, 32, 64, 128)
+# Under Triton's interpreter (no GPU) the sweep is a pairwise cover of the grid: every length with
+# two head dims, every head dim at an odd length (one tile and a bit) and at an even one (whole
+# tiles; the sign of the sweep's gate or beta follows the parity). It holds the cases that cost
+# most there (T = 130 with d_head 128) and half of the grid's 16; a GPU runs all 16.
+PAIRWISE_COVER = {17: (16, 64), 64: (32, 64), 65: (32, 128), 130: (16, 128)}
+
+
+def length_by_head_dim_sweep(case_at) -> list[Case]:
+    """``case_at(T, D)`` over the sweep's lengths and head dims: the whole grid on a GPU,
+    :data:`PAIRWISE_COVER` of it elsewhere."""
+    grid = {T: SWEEP_HEAD_DIMS for T in SWEEP_LENGTHS} if torch.cuda.is_available() else PAIRWISE_COVER
+    return [case_at(T, D) for T, head_dims in grid.items() for D in head_dims]
+
+
 def slow(cases: list[Case]) -> list:
     """``cases`` as parameters marked slow (the interpreter's sweeps)."""
     return [pytest.param(case, marks=pytest.mark.slow, id=str(case)) for case in cases]

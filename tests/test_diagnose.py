@@ -89,7 +89,7 @@ def test_diagnose_writes_every_documented_field_and_file(diagnosed, name):
     for field in FIELDS:
         if metrics[field] is None:
             assert metrics["skipped"][field], f"{field} is null without a reason"
-    betas = [float(block.attn.beta) for block in models.load(path).blocks] if name in ("tda", "trela") else None
+    betas = [block.attn.beta.item() for block in models.load(path).blocks] if name in ("tda", "trela") else None
     assert metrics["threshold_beta"] == betas
 
     if name == "lstm":

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from support import (Case, check, check_future_tiles_never_read, draw_gated, fast_implementations, half_precision,
-                     implementation, no_threshold, slow)
+                     implementation, length_by_head_dim_sweep, no_threshold, slow)
 
 pytestmark = pytest.mark.usefixtures("exact_bf16_dot")
 
@@ -17,8 +17,7 @@ reference = implementation("fot", "reference")
 CASES = [Case(1, 16), Case(17, 32, "transposed", (16, 16), gate=6.0), Case(64, 64, "strided", gate=-4.0),
          Case(65, 16, blocks=(32, 16), gate=-30.0), Case(130, 32, "transposed", (16, 32), gate=3.0),
          *half_precision(Case(65, 32, "transposed")),
-         *slow([Case(T, D, "transposed", gate=-4.0 if T % 2 else 4.0) for T in (17, 64, 65, 130)
-                for D in (16, 32, 64, 128)])]
+         *slow(length_by_head_dim_sweep(lambda T, D: Case(T, D, "transposed", gate=-4.0 if T % 2 else 4.0)))]
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)

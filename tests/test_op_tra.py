@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from support import (NEAR, Case, check, check_future_tiles_never_read, check_threshold_flips, draw_gated,
-                     fast_implementations, half_precision, implementation, pattern_of, slow)
+                     fast_implementations, half_precision, implementation, length_by_head_dim_sweep, pattern_of, slow)
 
 pytestmark = pytest.mark.usefixtures("exact_bf16_dot")
 
@@ -29,8 +29,7 @@ def near_threshold(x: dict, case: Case) -> torch.Tensor:
 CASES = [Case(1, 16), Case(17, 32, "transposed", (16, 16), scale=3.0), Case(64, 64, "strided", gate=6.0),
          Case(65, 16, blocks=(32, 16), scale=3.0, gate=-4.0), Case(130, 32, "transposed", (16, 32)),
          Case(65, 32, empty=True), *half_precision(Case(65, 32, "transposed")),
-         *slow([Case(T, D, "transposed", gate=-4.0 if T % 2 else 4.0) for T in (17, 64, 65, 130)
-                for D in (16, 32, 64, 128)])]
+         *slow(length_by_head_dim_sweep(lambda T, D: Case(T, D, "transposed", gate=-4.0 if T % 2 else 4.0)))]
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)

@@ -170,7 +170,7 @@ def test_listing_imports_no_torch_and_fits_100_columns():
 @pytest.mark.integration
 @pytest.mark.parametrize("name", ["tda-mech", "trela-mech", "tda-beta1"])
 def test_the_listing_gives_the_beta_of_every_layer_of_a_threshold_entry(name, capsys):
-    betas = [float(block.attn.beta) for block in models.load_pretrained(name).blocks]
+    betas = [block.attn.beta.item() for block in models.load_pretrained(name).blocks]
     assert pretrained.listing(names=[name])[0]["beta"] == pytest.approx(betas, abs=0)
     assert "beta" not in pretrained.listing(names=["rope-mech"])[0]
     main(["pretrained", "list", name])
@@ -182,7 +182,7 @@ def test_tda_beta1_is_in_the_papers_regime():
     """Its threshold at beta = 1 in every layer, and >= 95% of its differential map exactly 0 on iid
     (the TDA paper's Fig. 1a has > 99%)."""
     model = models.load_pretrained("tda-beta1")
-    assert [float(block.attn.beta) for block in model.blocks] == [1.0, 1.0]
+    assert [block.attn.beta.item() for block in model.blocks] == [1.0, 1.0]
     _, maps = capture_maps(model, load_split("iid", 8)[:, :-1], ["pattern"])
     assert (sparsity(maps["pattern"]).groupby("layer").value.mean() >= 0.95).all()
 

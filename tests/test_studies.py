@@ -41,12 +41,12 @@ def test_ramped_beta_follows_the_schedule_and_a_resumed_run_equals_an_uninterrup
     mc = ModelConfig.from_preset("tda", "tiny", n_ctx=32, attention_options={"beta_init": 0.0})
     cfg = TrainConfig(**RAMP)
     full = train(mc, cfg, tmp_path / "full", progress=False)
-    assert [float(block.attn.beta) for block in full.blocks] == [1.0, 1.0]
+    assert [block.attn.beta.item() for block in full.blocks] == [1.0, 1.0]
     interrupt_training_at(monkeypatch, 3)
     with pytest.raises(TrainingInterrupted):
         train(mc, cfg, tmp_path / "part", progress=False)
     monkeypatch.undo()
-    assert [float(block.attn.beta) for block in models.load(tmp_path / "part").blocks] == [0.25, 0.25]
+    assert [block.attn.beta.item() for block in models.load(tmp_path / "part").blocks] == [0.25, 0.25]
     train(mc, cfg, tmp_path / "part", resume=True, progress=False)
     ta, tb = (models.checkpoint.read_checkpoint(tmp_path / name)[1] for name in ("full", "part"))
     assert all(torch.equal(ta[key], tb[key]) for key in ta)

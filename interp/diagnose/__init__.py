@@ -117,7 +117,7 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
     frame = tidy_frame(runs, probe_length, rates)
     metrics = {
         "checkpoint": str(checkpoint_path), "model": model.cfg.model, "config": model.cfg.to_dict(),
-        "threshold_beta": [float(beta) for beta in threshold_betas(model)] or None, "settings": settings, "evaluation": {name: r.to_dict() for name, r in evaluation.items()},
+        "threshold_beta": [beta.item() for beta in threshold_betas(model)] or None, "settings": settings, "evaluation": {name: r.to_dict() for name, r in evaluation.items()},
         "glitches": {"total": len(glitches), "by_split": {s: int((glitches.split == s).sum()) for s in splits}},
         "error_by_dependency": rates[["split", "dependency_length", "n_reads", "n_errors", "error_rate"]]
         .to_dict("records"),
