@@ -351,8 +351,8 @@ SWEEP_LENGTHS = (17, 64, 65, 130)
 SWEEP_HEAD_DIMS = (16, 32, 64, 128)
 # Under Triton's interpreter (no GPU) the sweep is a pairwise cover of the grid: every length with
 # two head dims, every head dim at an odd length (one tile and a bit) and at an even one (whole
-# tiles; the sign of the sweep's gate or beta follows the parity). It holds the cases that cost
-# most there (T = 130 with d_head 128) and half of the grid's 16; a GPU runs all 16.
+# tiles; the sign of the sweep's gate or beta follows the parity): 8 of the grid's 16 pairs, the
+# costliest there (T = 130 with d_head 128) among them. A GPU runs all 16.
 PAIRWISE_COVER = {17: (16, 64), 64: (32, 64), 65: (32, 128), 130: (16, 128)}
 
 
