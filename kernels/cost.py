@@ -18,6 +18,15 @@ throughput its paper reports on that GPU (:data:`FA2_PUBLISHED`): the paper's pe
 figures are bar charts, and at T = 512 they are lower than this best, so the FA2 column is a
 lower bound on its time. The shape is FlashAttention-2's benchmark: 16384 tokens per batch,
 32 heads of 64 (model width 2048), bf16.
+
+The roofline priced TRA's float32 atomics at nothing and ranked its backward the cheapest; an
+H200 measured it the slowest (``runs/gpu/bench-kernels-h200.csv``). :func:`calibrate` fits the
+time of a forward or backward pass, in ms, as a non-negative sum of what the kernels do (launches,
+bytes streamed, atomic bytes, exp and scan elements: :data:`FEATURES`) to the rows measured on a
+GPU, and :func:`calibrated_table` predicts each kernel's fwd and bwd from it beside the measured
+rows, with the relative error. The measured code is described as it ran (:data:`AS_MEASURED`:
+TRA's backward with atomics); the current code's estimate (TRA's backward without atomics, FoT's
+with FlashAttention-2's delta inside its dQ kernel) is marked as not measured. ``python -m kernels.cost [CSV]`` prints both.
 """
 
 from __future__ import annotations
@@ -56,7 +65,10 @@ class Pass:
     key tiles from 0 to its diagonal) or of key rows (True: it walks the query tiles from its
     diagonal to T); ``own`` is loaded once per program, ``visited`` once per tile it walks,
     ``written`` stored once, ``atomic`` read and written at every visited tile (float32 atomics);
-    ``products`` matrix products of [BLOCK_M, d] x [d, BLOCK_N] size per visited tile."""
+    ``products`` matrix products of [BLOCK_M, d] x [d, BLOCK_N] size per visited tile; ``counts``
+    int32 entries of TRA's count table written per owned row and visited tile; ``exp`` whether it
+    takes the exponential of every tile element (a softmax), ``scan`` whether it runs a cumulative
+    sum along every tile row (TRA's D-bar)."""
     kernel: str
     key_major: bool
     own: Rows
@@ -64,14 +76,23 @@ class Pass:
     written: Rows
     products: int
     atomic: Rows = Rows()
+    counts: int = 0
+    exp: bool = False
+    scan: bool = False
 
 
 PASSES = {
-    "tra": (Pass("fwd", False, Rows(1, 0, 1), Rows(2), Rows(1, 0, 1), 2),         # q, log delta | k, v | z, lse
-            Pass("bwd", False, Rows(2, 0, 3), Rows(2), Rows(0, 1, 1), 5, atomic=Rows(0, 2))),  # dK, dV atomically
-    "fot": (Pass("fwd", False, Rows(1, 0, 1), Rows(2, 0, 1), Rows(1, 0, 1), 2),    # q, c | k, v, c | z, lse
-            Pass("bwd_dkdv", True, Rows(2, 0, 1), Rows(2, 0, 3), Rows(2, 0, 1), 4),
-            Pass("bwd_dq", False, Rows(2, 0, 3), Rows(2, 0, 1), Rows(1, 0, 1), 3)),
+    # TRA's in-tile suffix count of survivors is a product with a BLOCK_N x BLOCK_N triangle (no scan),
+    # counted as one more product
+    "tra": (Pass("fwd", False, Rows(1, 0, 1), Rows(2), Rows(1, 0, 1), 3, exp=True),  # q, log delta | k, v | z, lse
+            # q, dO, z, log delta, lse | k, v | dQ, dlog delta, delta; the count table
+            Pass("bwd_dq", False, Rows(3, 0, 2), Rows(2), Rows(1, 0, 2), 4, counts=1, exp=True),
+            # k, v | q, dO, log delta, lse, delta, count | dK, dV
+            Pass("bwd_dkdv", True, Rows(2), Rows(2, 0, 4), Rows(2), 5, exp=True)),
+    "fot": (Pass("fwd", False, Rows(1, 0, 1), Rows(2, 0, 1), Rows(1, 0, 1), 2, exp=True),  # q, c | k, v, c | z, lse
+            # q, dO, z, c, lse | k, v, c | dQ, dc, delta
+            Pass("bwd_dq", False, Rows(3, 0, 2), Rows(2, 0, 1), Rows(1, 0, 2), 3, exp=True),
+            Pass("bwd_dkdv", True, Rows(2, 0, 1), Rows(2, 0, 3), Rows(2, 0, 1), 4, exp=True)),
     "trela": (Pass("fwd", False, Rows(1, 0, 1), Rows(2), Rows(1), 2),              # q, tau | k, v | z
               Pass("bwd_dkdv", True, Rows(2), Rows(2, 0, 1), Rows(2), 4),
               Pass("bwd_dq", False, Rows(2, 0, 1), Rows(2), Rows(1, 0, 1), 3)),
@@ -79,6 +100,25 @@ PASSES = {
             Pass("bwd_dkdv", True, Rows(3), Rows(3, 0, 1), Rows(3), 6),
             Pass("bwd_dq", False, Rows(3, 0, 1), Rows(3), Rows(2, 0, 2), 5)),
 }
+
+# The code the H200 measured (runs/gpu/bench-kernels-h200.csv, before issue 47): PASSES, but TRA's
+# kernels as they were: its suffix counts a scan (tl.cumsum), its backward one kernel per query
+# tile adding dK and dV with float32 atomics (q, dO, log delta, lse, delta | k, v | dQ, dlog
+# delta); and FoT's delta computed by PyTorch, read by its dQ kernel. And each op's launches,
+# forward and backward, Triton kernels and the PyTorch ops around them, as :func:`count_launches`
+# counts them on that code (TRA's backward: 3 zero fills, FlashAttention-2's delta in 5 ops, 3
+# casts; FoT's the delta's 5 ops too).
+AS_MEASURED = {
+    **PASSES,
+    "fot": (PASSES["fot"][0], Pass("bwd_dkdv", True, Rows(2, 0, 1), Rows(2, 0, 3), Rows(2, 0, 1), 4, exp=True),
+            Pass("bwd_dq", False, Rows(2, 0, 3), Rows(2, 0, 1), Rows(1, 0, 1), 3, exp=True)),
+    "tra": (Pass("fwd", False, Rows(1, 0, 1), Rows(2), Rows(1, 0, 1), 2, exp=True, scan=True),
+            Pass("bwd", False, Rows(2, 0, 3), Rows(2), Rows(0, 1, 1), 5, atomic=Rows(0, 2), exp=True, scan=True)),
+}
+LAUNCHES_AS_MEASURED = {"tra": (1, 12), "fot": (2, 11), "trela": (11, 5), "tda": (12, 10)}
+# What a pass's time is fitted on (:func:`pass_features`), per sequence-head but for the launches
+FEATURES = ("launches", "bytes_streamed", "bytes_atomic", "exp_elements", "scan_elements")
+BENCH_HEADS = 4  # kernels.bench.bench_kernel's n_heads, which the measured rows used
 
 
 def _visits(p: Pass, n_pos: int, block_m: int, block_n: int) -> list[int]:
@@ -90,20 +130,24 @@ def _visits(p: Pass, n_pos: int, block_m: int, block_n: int) -> list[int]:
 
 
 def pass_cost(p: Pass, n_pos: int, d_head: int = 64, dtype=torch.bfloat16) -> dict:
-    """FLOPs, bytes moved once and bytes streamed of launch ``p`` for one sequence-head of
-    ``n_pos`` positions, at the dispatcher's tiles for ``dtype`` and ``d_head``."""
+    """FLOPs, bytes moved once, bytes streamed (atomics included), atomic bytes and tile elements
+    (``exp_elements``, ``scan_elements``: those that take an exp, a scan) of launch ``p`` for one
+    sequence-head of ``n_pos`` positions, at the dispatcher's tiles for ``dtype`` and ``d_head``."""
     tiles = default_tiles(dtype, d_head)
     block_m, block_n = tiles.block_m, tiles.block_n
     element = dtype.itemsize
     own_rows, walk_rows = (block_n, block_m) if p.key_major else (block_m, block_n)
     visits = _visits(p, n_pos, block_m, block_n)
     flops = sum(2 * p.products * own_rows * rows * d_head for rows in visits)
+    atomic = sum(rows * 2 * p.atomic.bytes(element, d_head) for rows in visits)
+    table = sum(own_rows * 4 * p.counts * rows // walk_rows for rows in visits)
     once = n_pos * (p.own.bytes(element, d_head) + p.visited.bytes(element, d_head)
-                    + p.written.bytes(element, d_head) + 2 * p.atomic.bytes(element, d_head))
+                    + p.written.bytes(element, d_head) + 2 * p.atomic.bytes(element, d_head)) + table
     streamed = sum(own_rows * (p.own.bytes(element, d_head) + p.written.bytes(element, d_head))
-                   + rows * (p.visited.bytes(element, d_head) + 2 * p.atomic.bytes(element, d_head))
-                   for rows in visits)
-    return {"flops": flops, "bytes_once": once, "bytes_streamed": streamed}
+                   + rows * p.visited.bytes(element, d_head) for rows in visits) + atomic + table
+    elements = sum(own_rows * rows for rows in visits)
+    return {"flops": flops, "bytes_once": once, "bytes_streamed": streamed, "bytes_atomic": atomic,
+            "exp_elements": elements * p.exp, "scan_elements": elements * p.scan}
 
 
 def fa2_flops(n_pos: int, d_head: int = 64) -> float:
@@ -131,3 +175,124 @@ def cost_table(d_head: int = 64, seq_lens=None, dtype=torch.bfloat16) -> list[di
                 row[f"FA2_{gpu}_ms"] = heads * fa2_flops(n_pos, d_head) / FA2_PUBLISHED[gpu] / 1e9
             rows.append(row)
     return rows
+
+
+def count_launches(op: str) -> tuple[int, int]:
+    """Launches of op ``op``'s forward and backward as its wrapper makes them on a GPU (a name of
+    :data:`kernels.bench.KERNELS`): its Triton kernels, recorded rather than run (``kernels.aot``),
+    and the PyTorch ops around them other than allocations and views, at T = 64, 4 heads of 64,
+    bf16, on CPU tensors."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from kernels.aot import _recording, _ReportsCuda
+    from kernels.bench import KERNELS, random_inputs
+
+    class CountOps(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func._schema.name
+            self.n += not (func.is_view or name in ("aten::empty", "aten::empty_strided", "aten::_unsafe_view",
+                                                     "aten::detach", "aten::lift_fresh"))
+            return func(*args, **(kwargs or {}))
+
+    kernels = []
+    with _ReportsCuda(), _recording(kernels):
+        inputs, _ = random_inputs(op, 1, 64, 4, 64, torch.bfloat16, "cpu")
+        dz = torch.ones(1, 64, 4, 64, dtype=torch.bfloat16)
+        with CountOps() as forward:
+            z = KERNELS[op](*inputs)
+        n_forward = len(kernels)
+        with CountOps() as backward:
+            torch.autograd.grad(z, [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad], dz)
+    return n_forward + forward.n, len(kernels) - n_forward + backward.n
+
+
+def pass_features(passes, launches: int, n_pos: int, heads: int) -> list[float]:
+    """:data:`FEATURES` of a forward or backward made of ``passes`` and ``launches`` launches in
+    all, over ``heads`` sequence-heads of ``n_pos`` positions (bf16, head dim 64)."""
+    costs = [pass_cost(p, n_pos) for p in passes]
+    return [launches] + [heads * sum(c[key] for c in costs) for key in FEATURES[1:]]
+
+
+def _direction(passes, direction: str):
+    return [p for p in passes if (p.kernel == "fwd") == (direction == "fwd")]
+
+
+def measured_rows(path: str = "runs/gpu/bench-kernels-h200.csv") -> list[dict]:
+    """The ``triton`` rows of a ``glitchlens bench kernels`` CSV (bf16, head dim 64)."""
+    import pandas as pd
+
+    frame = pd.read_csv(path)
+    return frame[frame.impl == "triton"].to_dict("records")
+
+
+def calibrate(rows: list[dict]) -> dict[str, float]:
+    """ms per unit of each of :data:`FEATURES`, non-negative, fitted to the forward and backward
+    times of the measured ``rows`` (:func:`measured_rows`) described by :data:`AS_MEASURED` and
+    :data:`LAUNCHES_AS_MEASURED`, each row weighted by 1 / its time (relative errors)."""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    X, y = [], []
+    for r in rows:
+        for i, direction in enumerate(("fwd", "bwd")):
+            X.append(pass_features(_direction(AS_MEASURED[r["kernel"]], direction),
+                                   LAUNCHES_AS_MEASURED[r["kernel"]][i], r["T"], r["batch"] * BENCH_HEADS))
+            y.append(r[f"{direction}_ms"])
+    X, y = np.array(X, dtype=float), np.array(y)
+    scale = X.max(axis=0)
+    coefficients, _ = nnls(X / scale / y[:, None], np.ones(len(y)))
+    return dict(zip(FEATURES, (coefficients / scale).tolist()))
+
+
+def calibrated_table(rows: list[dict], coefficients: dict[str, float] | None = None) -> list[dict]:
+    """Per measured (kernel, T): the calibrated prediction of fwd and bwd (ms) for the code as
+    measured, beside the measured time and the relative error; for a kernel whose code changed
+    since (:data:`PASSES` or its launches differ from :data:`AS_MEASURED`), a second row with the
+    current code's prediction, ``measured`` False and no error."""
+    coefficients = coefficients or calibrate(rows)
+    current = {op: count_launches(op) for op in PASSES}
+
+    def predict(passes, launches, r, i, direction):
+        values = pass_features(_direction(passes, direction), launches[i], r["T"], r["batch"] * BENCH_HEADS)
+        return sum(coefficients[key] * value for key, value in zip(FEATURES, values))
+
+    table = []
+    for r in rows:
+        op = r["kernel"]
+        for passes, launches, measured in ((AS_MEASURED[op], LAUNCHES_AS_MEASURED[op], True),
+                                           (PASSES[op], current[op], False)):
+            if not measured and passes == AS_MEASURED[op] and launches == LAUNCHES_AS_MEASURED[op]:
+                continue
+            row = {"kernel": op, "T": r["T"], "code": "as measured" if measured else "current (not measured)"}
+            for i, direction in enumerate(("fwd", "bwd")):
+                predicted = predict(passes, launches, r, i, direction)
+                row[f"{direction}_ms"] = r[f"{direction}_ms"] if measured else float("nan")
+                row[f"{direction}_predicted_ms"] = predicted
+                row[f"{direction}_error"] = predicted / r[f"{direction}_ms"] - 1 if measured else float("nan")
+            table.append(row)
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kernels.cost [CSV]``: the calibrated model against a ``glitchlens bench
+    kernels`` CSV (default: the H200's), its coefficients and errors."""
+    import sys
+
+    import pandas as pd
+
+    argv = sys.argv[1:] if argv is None else argv
+    rows = measured_rows(*argv[:1])
+    coefficients = calibrate(rows)
+    table = pd.DataFrame(calibrated_table(rows, coefficients))
+    errors = table.loc[table.code == "as measured", ["fwd_error", "bwd_error"]].abs().stack()
+    print("calibrated: " + ", ".join(f"{key} {value:.3g} ms" for key, value in coefficients.items()))
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    print(f"relative error against the {len(errors)} measured times: median {errors.median():.0%}, "
+          f"max {errors.max():.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -42,10 +42,10 @@ class TileConfig:
 
 
 # The tile configurations the dispatcher chooses among (:func:`default_tiles`, :func:`key_tile_meta`,
-# :func:`tra_backward_meta`); ``glitchlens bench kernels --compile-only`` compiles every kernel at
+# :func:`tra_meta`); ``glitchlens bench kernels --compile-only`` compiles every kernel at
 # each of them for A100, H100 and MI300.
 TILE_CONFIGS = (TileConfig(64, 32, 4, 2), TileConfig(32, 32, 4, 2), TileConfig(16, 16, 4, 2),
-                TileConfig(16, 16, 8, 2), TileConfig(16, 16, 4, 1), TileConfig(16, 16, 8, 1), TileConfig(64, 32, 8, 1))
+                TileConfig(16, 16, 8, 2), TileConfig(16, 16, 4, 1), TileConfig(16, 16, 8, 1), TileConfig(32, 32, 8, 1))
 
 
 def default_tiles(dtype: torch.dtype, d_head: int) -> TileConfig:
@@ -80,13 +80,16 @@ def key_tile_meta(meta: dict) -> dict:
     return {**meta, "num_warps": 2 * meta["num_warps"]} if meta["PREC"] == "ieee" else meta
 
 
-def tra_backward_meta(meta: dict) -> dict:
-    """:func:`launch_meta` for TRA's backward, one kernel that holds dQ and the carried survivor
-    count and adds two dK/dV contributions a tile: at the 64 x 32 tiles of half precision (head
-    dims up to 64) with 8 warps and one pipeline stage. With 4 warps it took all 255 registers on
-    sm_80 at head dim 64 and, at 32, stopped at 168 and spilled 8 bytes; 8 warps with two stages
-    spilled on gfx942. Otherwise the same."""
-    return {**meta, "num_warps": 8, "num_stages": 1} if meta["PREC"] != "ieee" and meta["D"] <= 64 else meta
+def tra_meta(meta: dict) -> dict:
+    """:func:`launch_meta` for TRA's three kernels (the dK/dV kernel then through
+    :func:`key_tile_meta`), which also hold each row's survivor count and D-bar: in half precision
+    at head dim 128 (32 x 32 tiles) with 8 warps and one pipeline stage, in float32 at head dim 16
+    with two stages. With the defaults the forward spilled 8 bytes on sm_80 at head dim 128 (4
+    warps, 2 stages), the dK/dV kernel 8 on sm_90 (and with 8 warps and 2 stages 8 on gfx942),
+    and the dQ kernel 8 on sm_80 in float32 at head dim 16 (1 stage). Otherwise the same."""
+    if meta["PREC"] != "ieee" and meta["D"] > 64:
+        return {**meta, "num_warps": 8, "num_stages": 1}
+    return {**meta, "num_stages": 2} if meta["PREC"] == "ieee" and meta["D"] == 16 else meta
 
 
 def check_heads(*xs: torch.Tensor) -> tuple[int, int, int, int]:
@@ -233,13 +236,21 @@ def key_tile_products(x, k, X, K, offs_m, offs_n, T, sx, sk, D: tl.constexpr, PR
         return tl.dot(x, tl.trans(k), input_precision=PREC)
 
 
-def softmax_forward(ctx, kernel, q, k, v, gate, block_m, block_n, **options) -> torch.Tensor:
+@triton.jit
+def row_dot(x, y):
+    """``sum_d x_id y_id`` of two ``[rows, D]`` tiles in float32: FlashAttention-2's delta_i =
+    dO_i . z_i, computed in the dQ kernel rather than by a PyTorch pass over dO and z."""
+    return tl.sum(x.to(tl.float32) * y.to(tl.float32), axis=1)
+
+
+def softmax_forward(ctx, kernel, q, k, v, gate, block_m, block_n, meta_for=lambda meta: meta,
+                    **options) -> torch.Tensor:
     """Launch a softmax forward ``kernel(Q, K, V, GATE, Z, LSE, strides..., T, H, scale, ...)``,
     one program per query tile and head, from an autograd ``ctx``: returns z in v's dtype and
     saves for the backward q, k, v, the gate, z and the float32 log-sum-exp ``[batch, head, pos]``,
-    with the launch parameters in ``ctx.meta``."""
+    with the launch parameters (:func:`launch_meta`, through ``meta_for``) in ``ctx.meta``."""
     B, T, H, D = q.shape
-    ctx.meta = launch_meta(q.dtype, D, block_m, block_n)
+    ctx.meta = meta_for(launch_meta(q.dtype, D, block_m, block_n))
     z = torch.empty((B, T, H, D), dtype=v.dtype, device=v.device)
     lse = torch.empty((B, H, T), dtype=torch.float32, device=v.device)
     kernel[(triton.cdiv(T, ctx.meta["BLOCK_M"]), B * H)](
@@ -247,8 +258,3 @@ def softmax_forward(ctx, kernel, q, k, v, gate, block_m, block_n, **options) -> 
         **options, **ctx.meta)
     ctx.save_for_backward(q, k, v, gate, z, lse)
     return z
-
-
-def softmax_delta(do: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
-    """FlashAttention-2's D_i = sum_d dO_id O_id, ``[batch, head, pos]`` float32."""
-    return torch.einsum("bthd,bthd->bht", do.float(), o.float())

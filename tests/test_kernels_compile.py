@@ -19,10 +19,9 @@ from interp.cli import main  # noqa: E402
 from kernels.aot import COLUMNS, CUOBJDUMP, SHARED_LIMIT, failures_first, problems  # noqa: E402
 from kernels.common import interpreting  # noqa: E402
 from kernels.tiles import (HEAD_DIMS, TILE_CONFIGS, TileConfig, default_tiles, key_tile_meta, launch_meta,  # noqa: E402
-                           tra_backward_meta)
+                           tra_meta)
 
-KERNELS = {"tra_fwd", "tra_bwd", "fot_fwd", "fot_bwd_dkdv", "fot_bwd_dq", "trela_fwd", "trela_bwd_dkdv",
-           "trela_bwd_dq", "tda_fwd", "tda_bwd_dkdv", "tda_bwd_dq"}
+KERNELS = {f"{op}_{kernel}" for op in ("tra", "fot", "trela", "tda") for kernel in ("fwd", "bwd_dkdv", "bwd_dq")}
 
 
 def compile_only(out, *options: str) -> tuple[subprocess.CompletedProcess, pd.DataFrame]:
@@ -43,11 +42,10 @@ def assert_fit(frame: pd.DataFrame, out) -> None:
 
 
 @pytest.mark.integration
-def test_default_tiles_compile_without_spills_and_only_tra_backward_has_atomics(tmp_path):
+def test_default_tiles_compile_without_spills_or_atomics(tmp_path):
     """The CI subset, each kernel's default configuration at d_head 64 for sm_90 in bf16 and for
     sm_80 in float32: every one compiles, fits and is an ELF object. In the sm_90 machine code
-    FoT's, trela's and TDA's backward kernels own their dK/dV tiles (no atomic instruction);
-    TRA's adds into dK and dV atomically."""
+    no backward kernel holds an atomic instruction: each owns its dK/dV tiles."""
     for target, dtype in (("sm_90", "bfloat16"), ("sm_80", "float32")):
         result, frame = compile_only(tmp_path / target, "--defaults-only", "--targets", target, "--dtype", dtype,
                                      "--d-head", "64")
@@ -62,19 +60,19 @@ def test_default_tiles_compile_without_spills_and_only_tra_backward_has_atomics(
             atomics = {row.kernel: re.findall(r"\b(?:ATOMG?|REDG?)\.", subprocess.run(
                 [str(CUOBJDUMP), "-sass", str(tmp_path / target / row.binary)], capture_output=True, text=True,
                 check=True).stdout) for row in backward.itertuples()}
-            assert {kernel for kernel, found in atomics.items() if found} == {"tra_bwd"}
+            assert len(atomics) == 8 and not any(atomics.values()), atomics
 
 
 def test_the_candidates_are_what_the_dispatcher_picks():
     """Every configuration a launch can get, for each dtype and head dim (the default tiles, and
-    the dK/dV kernels' and TRA's backward's own launch options), is among the candidates the full
+    the dK/dV kernels' and TRA's kernels' own launch options), is among the candidates the full
     matrix compiles, and every candidate is picked somewhere."""
     picked = set()
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for d_head in HEAD_DIMS:
             tiles = default_tiles(dtype, d_head)
             meta = launch_meta(dtype, d_head, tiles.block_m, tiles.block_n)
-            for kernel_meta in (meta, key_tile_meta(meta), tra_backward_meta(meta)):
+            for kernel_meta in (meta, key_tile_meta(meta), tra_meta(meta), key_tile_meta(tra_meta(meta))):
                 picked.add(TileConfig(*(kernel_meta[key] for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))))
     assert picked == set(TILE_CONFIGS)
 

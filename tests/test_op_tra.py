@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from support import (NEAR, Case, check, check_future_tiles_never_read, check_threshold_flips, draw_gated,
-                     fast_implementations, half_precision, implementation, length_by_head_dim_sweep, pattern_of, slow)
+                     fast_implementations, half_precision, implementation, length_by_head_dim_sweep, pattern_of, run,
+                     slow)
 
 pytestmark = pytest.mark.usefixtures("exact_bf16_dot")
 
@@ -55,16 +56,29 @@ def test_threshold_flips(device):
 
 
 def test_skipping_zero_tiles_is_exact(device):
+    """A key tile without a survivor adds exactly zero, forward and backward, so skipping it
+    changes no bit of the output or of a gradient."""
     from kernels.bench import zero_tile_fraction
 
-    case = Case(130, 32, blocks=(16, 16), empty=True, gate=-4.0)
+    case = Case(48, 16, blocks=(16, 16), empty=True, gate=-4.0)
     kernel = implementation("tra", "triton", case)
-    x = forward_only_inputs(case, device)
+    x = {key: t.requires_grad_() for key, t in forward_only_inputs(case, device).items()}
     with torch.no_grad():
         assert zero_tile_fraction(pattern_of(reference, x), (16,))[16] > 0.2  # exercised
-        dense = kernel(*x.values())
-        skipped = kernel(*x.values(), skip_zero_tiles=True)
+    dz = torch.randn(x["qk0"].shape, generator=torch.Generator().manual_seed(1)).to(device)
+    dense, skipped = (run(kernel, x, dz, skip_zero_tiles=flag) for flag in (False, True))
     torch.testing.assert_close(skipped, dense, rtol=0, atol=0)
+
+
+def test_backward_in_several_passes(device, monkeypatch):
+    """Past :func:`kernels.tra.triton.rows_per_pass` query rows the backward runs in passes over
+    the rows, each with its own count table, adding dK and dV in float32 in pass order: still the
+    reference's gradients (here passes of 32 rows at T = 65, tiles of 16 x 32)."""
+    import kernels.tra.triton as tra_triton
+
+    monkeypatch.setattr(tra_triton, "rows_per_pass", lambda meta: 32)
+    case = Case(65, 16, blocks=(16, 32), gate=-4.0)
+    check(implementation("tra", "triton", case), reference, draw_gated, near_threshold, case, device)
 
 
 def test_rows_with_empty_rows_and_gradcheck(small_blocks):

@@ -14,9 +14,10 @@ the diagonal), ``logits_ij = q_i . k_j / sqrt(d_head) + D_ij`` for j <= i and
 The cumulative sum stays in PyTorch, so autograd turns the kernel's gradient for c into
 the one for log_f (a reversed cumulative sum). The kernel's dc_i = sum_j dL_ij - sum_i' dL_i'i,
 with dL = dlogits: the first sum comes from the query side of D, the second from the key side.
-Backward is FlashAttention-2's: one kernel per key tile for dK, dV and the key-side sum, one
-per query tile for dQ and the query-side sum, both recomputing P from q, k and the saved
-log-sum-exp. Key tiles after a query tile's diagonal are never loaded.
+Backward is FlashAttention-2's: one kernel per query tile for dQ, the query-side sum and
+FlashAttention-2's delta_i = dO_i . z_i, then one per key tile for dK, dV and the key-side sum,
+both recomputing P from q, k and the saved log-sum-exp. Key tiles after a query tile's diagonal
+are never loaded.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import triton
 import triton.language as tl
 
 from kernels.tiles import (causal_tile, check_heads, head_base, key_tile_meta, key_tile_products, load_row, load_tile,
-                           online_softmax_step, per_position, program_tile, rows_base, softmax_delta, softmax_finish,
+                           online_softmax_step, per_position, program_tile, row_dot, rows_base, softmax_finish,
                            softmax_forward, softmax_tile_grad, store_row, store_tile)
 
 
@@ -92,16 +93,18 @@ def _bwd_dkdv(Q, K, V, C, DO, LSE, DELTA, DK, DV, DC_KEY, sq, sk, sv, so, sg, T,
 
 
 @triton.jit
-def _bwd_dq(Q, K, V, C, DO, LSE, DELTA, DQ, DC_QUERY, sq, sk, sv, so, sg, T, H, scale,
+def _bwd_dq(Q, K, V, C, Z, DO, LSE, DELTA, DQ, DC_QUERY, sq, sk, sv, sz, so, sg, T, H, scale,
             D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
-    """One query tile: dQ (strides ``sg``) and sum_j dL_ij."""
+    """One query tile: dQ (strides ``sg``), sum_j dL_ij, and FlashAttention-2's delta_i = dO_i . z_i
+    (stored for :func:`_bwd_dkdv`, which runs after it)."""
     b, h, bh, offs_m = program_tile(H, BLOCK_M)
     K, V, C = head_base(K, b, h, sk), head_base(V, b, h, sv), rows_base(C, bh, T)
     q = load_tile(head_base(Q, b, h, sq), offs_m, T, sq, D)
     do = load_tile(head_base(DO, b, h, so), offs_m, T, so, D)
     c_i = load_row(C, offs_m, T)
     lse = load_row(rows_base(LSE, bh, T), offs_m, T)
-    delta = load_row(rows_base(DELTA, bh, T), offs_m, T)
+    delta = row_dot(do, load_tile(head_base(Z, b, h, sz), offs_m, T, sz, D))
+    store_row(rows_base(DELTA, bh, T), offs_m, T, delta)
     dq = tl.zeros([BLOCK_M, D], tl.float32)
     dc_query = tl.zeros([BLOCK_M], tl.float32)
     for start_n in range(0, tl.minimum((tl.program_id(0) + 1) * BLOCK_M, T), BLOCK_N):
@@ -130,13 +133,15 @@ class ForgettingAttentionFunction(torch.autograd.Function):
         q, k, v, c, z, lse = ctx.saved_tensors
         B, T, H, D = q.shape
         meta = ctx.meta
-        delta = softmax_delta(dz, z)
         dq, dk, dv = (torch.empty((B, T, H, D), dtype=q.dtype, device=q.device) for _ in range(3))
-        dc_key, dc_query = (torch.empty((B, H, T), dtype=torch.float32, device=q.device) for _ in range(2))
-        common = (q.stride(), k.stride(), v.stride(), dz.stride(), dq.stride(), T, H, 1.0 / math.sqrt(D))
-        _bwd_dkdv[(triton.cdiv(T, meta["BLOCK_N"]), B * H)](q, k, v, c, dz, lse, delta, dk, dv, dc_key, *common,
+        delta, dc_key, dc_query = (torch.empty((B, H, T), dtype=torch.float32, device=q.device) for _ in range(3))
+        scale = 1.0 / math.sqrt(D)
+        strides = (q.stride(), k.stride(), v.stride())
+        _bwd_dq[(triton.cdiv(T, meta["BLOCK_M"]), B * H)](q, k, v, c, z, dz, lse, delta, dq, dc_query, *strides,
+                                                          z.stride(), dz.stride(), dq.stride(), T, H, scale, **meta)
+        _bwd_dkdv[(triton.cdiv(T, meta["BLOCK_N"]), B * H)](q, k, v, c, dz, lse, delta, dk, dv, dc_key, *strides,
+                                                            dz.stride(), dq.stride(), T, H, scale,
                                                             **key_tile_meta(meta))
-        _bwd_dq[(triton.cdiv(T, meta["BLOCK_M"]), B * H)](q, k, v, c, dz, lse, delta, dq, dc_query, *common, **meta)
         return dq, dk, dv, dc_query - dc_key, None, None
 
 

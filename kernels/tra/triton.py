@@ -16,15 +16,20 @@ only (eq. 10-11), softmax (eq. 12). A row with no survivor outputs exactly 0.
 Each query tile walks its key tiles from the diagonal towards position 0 (future tiles are
 never loaded), carrying every row's count of survivors already seen to the right, so D-bar
 is exact across tile boundaries: inside a tile it is that count plus a right-to-left
-cumulative sum of M.
+cumulative sum of M (a product with a triangle of ones, on the tensor cores).
 
 Gradients for q, k, v and log_delta. M and D-bar are piecewise constant in the scores and
 pass no gradient; a key that does not survive gets none (ReLU's gradient at 0 taken as 0),
-exactly as the reference's autograd. Backward recomputes the tiles from q, k, v and the
-saved log-sum-exp with the same walk (the carried count needs it), so one program per query
-tile also produces the dK, dV contributions of every key tile it visits and adds them with
-float32 atomics: memory stays linear in T, but dK and dV are summed in a nondeterministic
-order (differences at float32 rounding level).
+exactly as the reference's autograd. Backward is FlashAttention-2's two-kernel split, without
+atomics: one program per query tile walks its key tiles as the forward does (the carried count
+needs that walk), recomputing P from q, k and the saved log-sum-exp, for dQ and dlog_delta,
+and writes each row's survivors right of every key tile it visits into a count table; then
+one program per key tile walks the query tiles from its diagonal, reads the counts back for its
+D-bar, and owns its dK and dV. Two backward passes give bitwise the same gradients. The table,
+``[batch * head, key tile, query row]`` int32, would grow as T^2; it holds the rows of one pass
+of :func:`rows_per_pass` rows, and longer sequences run the two kernels once per pass, the
+key-tile programs adding their dK and dV to the earlier passes' in float32, in pass order.
+Memory stays linear in T.
 """
 
 from __future__ import annotations
@@ -35,26 +40,35 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.tiles import (causal_tile, check_heads, head_base, load_row, load_tile, online_softmax_step, per_position,
-                           program_tile, rows_base, softmax_delta, softmax_finish, softmax_forward, softmax_tile_grad,
-                           store_row, store_tile, tile_needed, tile_ptrs, tra_backward_meta)
+from kernels.tiles import (causal_tile, check_heads, head_base, key_tile_meta, key_tile_products, load_row, load_tile,
+                           online_softmax_step, per_position, program_tile, row_dot, rows_base, softmax_finish,
+                           softmax_forward, softmax_tile_grad, store_row, store_tile, tile_needed, tra_meta)
 
 
 @triton.jit
-def _tile_logits(q, k, log_delta, count, offs_m, offs_n, T, scale, PREC: tl.constexpr):
-    """One tile of eq. 1-11 given ``count``, each row's survivors right of the tile:
-    logits (-inf where M = 0), M and D-bar."""
-    S = tl.dot(q, tl.trans(k), input_precision=PREC) * scale                            # eq. 1
+def _suffix_counts(M):
+    """``sum_{j' >= j} M_ij'`` within a ``[BLOCK_M, BLOCK_N]`` 0/1 tile, as its product with the
+    upper-triangular ones on the tensor cores rather than a scan along the rows: exact, as 0 and 1
+    are exact in fp16 and the float32 sums stay below BLOCK_N."""
+    keys = tl.arange(0, M.shape[1])
+    return tl.dot(M.to(tl.float16), (keys[:, None] >= keys[None, :]).to(tl.float16)).to(tl.int32)
+
+
+@triton.jit
+def _tile_logits(S, log_delta, count, offs_m, offs_n, T):
+    """One tile of eq. 3-11 from its scores ``S = q k^T / sqrt(d)`` (eq. 1) and ``count``, each
+    row's survivors right of the tile: logits (-inf where M = 0), M and D-bar."""
     M = ((S > 0) & causal_tile(offs_m, offs_n, T)).to(tl.int32)                         # eq. 3-4
-    D_bar = count[:, None] + tl.cumsum(M, axis=1, reverse=True)                         # eq. 6
+    D_bar = count[:, None] + _suffix_counts(M)                                          # eq. 6
     logits = tl.where(M > 0, S + D_bar.to(tl.float32) * log_delta[:, None], float("-inf"))  # eq. 10-11
     return logits, M, D_bar
 
 
 @triton.jit
-def _last_key_tile(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, T):
-    """Index of the key tile holding this query tile's last row (its diagonal tile)."""
-    return (tl.minimum((tl.program_id(0) + 1) * BLOCK_M, T) - 1) // BLOCK_N
+def _last_key_tile(first_row, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, T):
+    """Index of the key tile holding the last row of the query tile that starts at ``first_row``
+    (its diagonal tile)."""
+    return (tl.minimum(first_row + BLOCK_M, T) - 1) // BLOCK_N
 
 
 @triton.jit
@@ -69,11 +83,11 @@ def _fwd(Q, K, V, LD, Z, LSE, sq, sk, sv, sz, T, H, scale,
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
-    last = _last_key_tile(BLOCK_M, BLOCK_N, T)
+    last = _last_key_tile(tl.program_id(0) * BLOCK_M, BLOCK_M, BLOCK_N, T)
     for step in range(0, last + 1):
         offs_n = (last - step) * BLOCK_N + tl.arange(0, BLOCK_N)
-        logits, M, _ = _tile_logits(q, load_tile(K, offs_n, T, sk, D), log_delta, count, offs_m, offs_n, T, scale,
-                                    PREC)
+        S = tl.dot(q, tl.trans(load_tile(K, offs_n, T, sk, D)), input_precision=PREC) * scale      # eq. 1
+        logits, M, _ = _tile_logits(S, log_delta, count, offs_m, offs_n, T)
         count += tl.sum(M, axis=1)
         if tile_needed(M, SKIP_ZERO_TILES):  # a tile without survivors leaves the softmax state unchanged
             v = load_tile(V, offs_n, T, sv, D)
@@ -84,38 +98,95 @@ def _fwd(Q, K, V, LD, Z, LSE, sq, sk, sv, sz, T, H, scale,
 
 
 @triton.jit
-def _bwd(Q, K, V, LD, DO, LSE, DELTA, DQ, DK, DV, DLD, sq, sk, sv, so, sg, T, H, scale,
-         D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
-    """One query tile: dQ and dlog_delta stored, dK and dV (float32, all three with strides
-    ``sg``) accumulated atomically."""
+def _count_table(COUNT, bh, n_key_tiles, rows):
+    """Pointer to head ``bh``'s part of the count table ``[batch * head, key tile, row of the
+    pass]`` int32: the survivors of row i right of key tile n are at ``+ n * rows + i - row0``."""
+    return COUNT + bh.to(tl.int64) * n_key_tiles * rows
+
+
+@triton.jit
+def _bwd_dq(Q, K, V, LD, Z, DO, LSE, DELTA, COUNT, DQ, DLD, sq, sk, sv, sz, so, sg, T, H, scale, row0, rows,
+            n_key_tiles, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
+            SKIP_ZERO_TILES: tl.constexpr):
+    """One query tile of the pass over rows ``row0 .. row0 + rows``: dQ (strides ``sg``),
+    dlog_delta, FlashAttention-2's delta_i = dO_i . z_i (for :func:`_bwd_dkdv`), and the count
+    table: for each key tile it visits, every row's survivors right of that tile."""
     b, h, bh, offs_m = program_tile(H, BLOCK_M)
-    K, V, DK, DV = head_base(K, b, h, sk), head_base(V, b, h, sv), head_base(DK, b, h, sg), head_base(DV, b, h, sg)
+    offs_m += row0
+    K, V = head_base(K, b, h, sk), head_base(V, b, h, sv)
     q = load_tile(head_base(Q, b, h, sq), offs_m, T, sq, D)
     do = load_tile(head_base(DO, b, h, so), offs_m, T, so, D)
     log_delta = load_row(rows_base(LD, bh, T), offs_m, T)
     lse = load_row(rows_base(LSE, bh, T), offs_m, T)
-    delta = load_row(rows_base(DELTA, bh, T), offs_m, T)
+    delta = row_dot(do, load_tile(head_base(Z, b, h, sz), offs_m, T, sz, D))
+    store_row(rows_base(DELTA, bh, T), offs_m, T, delta)
+    counts = _count_table(COUNT, bh, n_key_tiles, rows) + offs_m - row0
     count = tl.zeros([BLOCK_M], tl.int32)
     dq = tl.zeros([BLOCK_M, D], tl.float32)
     d_log_delta = tl.zeros([BLOCK_M], tl.float32)
-    last = _last_key_tile(BLOCK_M, BLOCK_N, T)
+    last = _last_key_tile(row0 + tl.program_id(0) * BLOCK_M, BLOCK_M, BLOCK_N, T)
     for step in range(0, last + 1):
-        offs_n = (last - step) * BLOCK_N + tl.arange(0, BLOCK_N)
+        n = last - step
+        offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
+        tl.store(counts + n * rows, count, mask=offs_m < T)
         k = load_tile(K, offs_n, T, sk, D)
-        v = load_tile(V, offs_n, T, sv, D)
-        logits, M, D_bar = _tile_logits(q, k, log_delta, count, offs_m, offs_n, T, scale, PREC)
+        logits, M, D_bar = _tile_logits(tl.dot(q, tl.trans(k), input_precision=PREC) * scale, log_delta, count,
+                                        offs_m, offs_n, T)
         count += tl.sum(M, axis=1)
-        P = tl.exp(logits - lse[:, None])
-        dL = softmax_tile_grad(P, tl.dot(do, tl.trans(v), input_precision=PREC), delta)
-        d_log_delta += tl.sum(dL * D_bar.to(tl.float32), axis=1)
-        dq += tl.dot(dL.to(k.dtype), k, input_precision=PREC)
-        key_rows = offs_n[:, None] < T
-        tl.atomic_add(tile_ptrs(DK, offs_n, sg, D), tl.dot(tl.trans(dL).to(q.dtype), q, input_precision=PREC) * scale,
-                      mask=key_rows)
-        tl.atomic_add(tile_ptrs(DV, offs_n, sg, D), tl.dot(tl.trans(P).to(do.dtype), do, input_precision=PREC),
-                      mask=key_rows)
+        if tile_needed(M, SKIP_ZERO_TILES):  # no survivor: P and dlogits are exactly 0 on the tile
+            P = tl.exp(logits - lse[:, None])
+            dL = softmax_tile_grad(P, tl.dot(do, tl.trans(load_tile(V, offs_n, T, sv, D)), input_precision=PREC),
+                                   delta)
+            d_log_delta += tl.sum(dL * D_bar.to(tl.float32), axis=1)
+            dq += tl.dot(dL.to(k.dtype), k, input_precision=PREC)
     store_tile(head_base(DQ, b, h, sg), offs_m, T, sg, dq * scale, D)
     store_row(rows_base(DLD, bh, T), offs_m, T, d_log_delta)
+
+
+@triton.jit
+def _bwd_dkdv(Q, K, V, LD, DO, LSE, DELTA, COUNT, DK, DV, sq, sk, sv, so, sg, T, H, scale, row0, rows, n_key_tiles,
+              D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
+              ACCUMULATE: tl.constexpr, SKIP_ZERO_TILES: tl.constexpr):
+    """One key tile against the query tiles of the pass over rows ``row0 .. row0 + rows``: its dK
+    and dV (strides ``sg``), stored, or with ``ACCUMULATE`` added to what the earlier passes
+    stored (float32 buffers)."""
+    b, h, bh, offs_n = program_tile(H, BLOCK_N)
+    Q, K, V, DO = head_base(Q, b, h, sq), head_base(K, b, h, sk), head_base(V, b, h, sv), head_base(DO, b, h, so)
+    LD, LSE, DELTA = rows_base(LD, bh, T), rows_base(LSE, bh, T), rows_base(DELTA, bh, T)
+    counts = _count_table(COUNT, bh, n_key_tiles, rows) + tl.program_id(0) * rows - row0
+    k = load_tile(K, offs_n, T, sk, D)
+    v = load_tile(V, offs_n, T, sv, D)
+    dk = tl.zeros([BLOCK_N, D], tl.float32)
+    dv = tl.zeros([BLOCK_N, D], tl.float32)
+    row_end = tl.minimum(row0 + rows, T)
+    for start_m in range(tl.maximum(row0, (tl.program_id(0) * BLOCK_N) // BLOCK_M * BLOCK_M), row_end, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        q = load_tile(Q, offs_m, T, sq, D)
+        S = key_tile_products(q, k, Q, K, offs_m, offs_n, T, sq, sk, D, PREC) * scale
+        logits, M, _ = _tile_logits(S, load_row(LD, offs_m, T), tl.load(counts + offs_m, mask=offs_m < T, other=0),
+                                    offs_m, offs_n, T)
+        if tile_needed(M, SKIP_ZERO_TILES):
+            do = load_tile(DO, offs_m, T, so, D)
+            P = tl.exp(logits - load_row(LSE, offs_m, T)[:, None])
+            dL = softmax_tile_grad(P, key_tile_products(do, v, DO, V, offs_m, offs_n, T, so, sv, D, PREC),
+                                   load_row(DELTA, offs_m, T))
+            dv += tl.dot(tl.trans(P).to(do.dtype), do, input_precision=PREC)
+            dk += tl.dot(tl.trans(dL).to(q.dtype), q, input_precision=PREC)
+    DK, DV = head_base(DK, b, h, sg), head_base(DV, b, h, sg)
+    dk *= scale
+    if ACCUMULATE:
+        dk += load_tile(DK, offs_n, T, sg, D)
+        dv += load_tile(DV, offs_n, T, sg, D)
+    store_tile(DK, offs_n, T, sg, dk, D)
+    store_tile(DV, offs_n, T, sg, dv, D)
+
+
+def rows_per_pass(meta: dict) -> int:
+    """Query rows per pass of TRA's backward: ``BLOCK_N * d_head`` (a multiple of ``BLOCK_M``),
+    so that the count table, ``[batch * head, key tile, row of the pass]`` int32, holds as many
+    entries as dK: flat in T at a fixed number of tokens, where one table for every row would
+    grow as T^2 / BLOCK_N."""
+    return max(meta["BLOCK_N"] * meta["D"] // meta["BLOCK_M"], 1) * meta["BLOCK_M"]
 
 
 class TRAAttentionFunction(torch.autograd.Function):
@@ -125,19 +196,35 @@ class TRAAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, log_delta, block_m, block_n, skip_zero_tiles):
-        return softmax_forward(ctx, _fwd, q, k, v, log_delta, block_m, block_n, SKIP_ZERO_TILES=skip_zero_tiles)
+        ctx.skip_zero_tiles = skip_zero_tiles
+        return softmax_forward(ctx, _fwd, q, k, v, log_delta, block_m, block_n, tra_meta,
+                               SKIP_ZERO_TILES=skip_zero_tiles)
 
     @staticmethod
     def backward(ctx, dz):
         q, k, v, log_delta, z, lse = ctx.saved_tensors
         B, T, H, D = q.shape
-        dq, dk, dv = (torch.zeros((B, T, H, D), dtype=torch.float32, device=q.device) for _ in range(3))
-        d_log_delta = torch.empty((B, H, T), dtype=torch.float32, device=q.device)
-        _bwd[(triton.cdiv(T, ctx.meta["BLOCK_M"]), B * H)](
-            q, k, v, log_delta, dz, lse, softmax_delta(dz, z), dq, dk, dv, d_log_delta,
-            q.stride(), k.stride(), v.stride(), dz.stride(), dq.stride(), T, H, 1.0 / math.sqrt(D),
-            **tra_backward_meta(ctx.meta))
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), d_log_delta, None, None, None
+        meta = {**ctx.meta, "SKIP_ZERO_TILES": ctx.skip_zero_tiles}
+        rows = min(rows_per_pass(meta), max(T, 1))  # a single pass needs a table of T rows only
+        passes = range(0, T, rows)
+        n_key_tiles = triton.cdiv(T, meta["BLOCK_N"])
+        # one pass stores dK and dV once, in the inputs' dtype; several add theirs in float32, in pass order
+        several = len(passes) > 1
+        dk, dv = ((torch.zeros if several else torch.empty)((B, T, H, D), dtype=torch.float32 if several else k.dtype,
+                                                           device=q.device) for _ in range(2))
+        dq = torch.empty((B, T, H, D), dtype=q.dtype, device=q.device)
+        d_log_delta, delta = (torch.empty((B, H, T), dtype=torch.float32, device=q.device) for _ in range(2))
+        count = torch.empty((B * H, n_key_tiles, rows), dtype=torch.int32, device=q.device)
+        strides = (q.stride(), k.stride(), v.stride())
+        for row0 in passes:
+            row_end = min(row0 + rows, T)
+            _bwd_dq[(triton.cdiv(row_end - row0, meta["BLOCK_M"]), B * H)](
+                q, k, v, log_delta, z, dz, lse, delta, count, dq, d_log_delta, *strides, z.stride(), dz.stride(),
+                dq.stride(), T, H, 1.0 / math.sqrt(D), row0, rows, n_key_tiles, **meta)
+            _bwd_dkdv[(triton.cdiv(row_end, meta["BLOCK_N"]), B * H)](
+                q, k, v, log_delta, dz, lse, delta, count, dk, dv, *strides, dz.stride(), dk.stride(), T, H,
+                1.0 / math.sqrt(D), row0, rows, n_key_tiles, ACCUMULATE=several, **key_tile_meta(meta))
+        return dq, dk.to(k.dtype), dv.to(v.dtype), d_log_delta, None, None, None
 
 
 def tra_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_delta: torch.Tensor,
@@ -146,9 +233,10 @@ def tra_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_delta: 
     """Threshold Relative Attention ``z`` from q, k, v and the forget gate's log.
 
     Shapes and semantics in the module docstring. ``block_m``/``block_n`` override the tile
-    sizes (powers of two >= 16); ``skip_zero_tiles`` skips the V load and P V product of
-    key tiles without a survivor in the forward pass (exact; whether it pays depends on
-    the sparsity, see ``kernels.bench.zero_tile_fraction``)."""
+    sizes (powers of two >= 16); ``skip_zero_tiles`` skips the work of key tiles without a
+    survivor after their scores, in the forward pass (the V load and P V product) and in the
+    backward (every product but the scores): exact, since such a tile adds exactly zero;
+    whether it pays depends on the sparsity, see ``kernels.bench.zero_tile_fraction``."""
     B, T, H, _ = check_heads(q, k, v)
     return TRAAttentionFunction.apply(q, k, v, per_position(log_delta, B, H, T, "log_delta"), block_m, block_n,
                                       skip_zero_tiles)
