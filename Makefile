@@ -1,6 +1,7 @@
 # GlitchLens: `make demo` (set up, train, evaluate, diagnose), `make test` (set up, run the tests) and
 # `make notebooks` (execute the notebooks and write their outputs back, to commit with them).
-# The ray extra (sweeps on a Ray cluster, docs/guide.md "Sweeps on Ray") is installed too: its test runs in CI.
+# The extras installed: test (pytest, the notebooks' Jupyter stack) and ray (sweeps on a Ray cluster,
+# docs/guide.md "Sweeps on Ray"), whose test runs in CI. `pip install .` alone installs neither.
 # torch is pinned and installed first (the local CPU wheel here); a GPU machine may pass its own
 #   make setup TORCH_SPEC="torch==2.13.0 --index-url <PyTorch's index for your CUDA>"
 PYTHON ?= python3
@@ -24,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_SPEC)
-	$(BIN)/pip install -q -e '.[ray]'
+	$(BIN)/pip install -q -e '.[ray,test]'
 	touch $@
 
 demo: setup
@@ -56,7 +57,7 @@ gpu-specimen: setup
 	    from interp.specimens import specimen; print(shlex.join(specimen('$(NAME)').train_args()))") \
 	    --device cuda --out $(GPU_RUNS)/$(NAME) --checkpoint-every 500 --resume || status=$$?; \
 	if [ $$status = 124 ]; then echo "$(NAME): saved after $(CALL_S) s; run the same command again to go on"; exit 0; fi; \
-	test $$status = 0 && $(BIN)/glitchlens pretrained build $(NAME) --from-run $(GPU_RUNS)/$(NAME)
+	test $$status = 0 && $(BIN)/glitchlens pretrained build $(NAME) --from-run $(GPU_RUNS)/$(NAME) --overwrite
 
 # Table 1 at one budget (docs/results.md "Longer budgets"): the 12 models, 3 seeds, STEPS steps each, GPU_JOBS
 # runs sharing the GPU. Each call trains for CALL_S seconds, then the Ctrl-C of `timeout` stops every run after
@@ -66,3 +67,11 @@ gpu-table1: setup
 	    --jobs $(GPU_JOBS) --quiet --out runs/table1-$(STEPS) || status=$$?; \
 	if [ $$status = 124 ]; then echo "table1-$(STEPS): stopped after $(CALL_S) s; run the same command again"; \
 	    exit 0; fi; exit $$status
+
+# The check of the Triton kernels on one GPU, under 10 minutes: the kernel tests on the device, then
+# `glitchlens bench kernels` at T = 4096-32768 beside SDPA into runs/gpu/bench-kernels-<card>.csv (kernels/gpu_check.py).
+# It runs the machine's own python3, PyTorch and Triton (no setup: docs/cpu-path-and-kernels.md "On a GPU").
+GPU_PYTHON ?= python3
+.PHONY: gpu-kernels
+gpu-kernels:
+	$(GPU_PYTHON) -m kernels.gpu_check

@@ -150,7 +150,7 @@ def bench_kernels(out: str | Path | None = None, budget_s: float = float("inf"),
 
     from kernels.bench import KERNELS, SEQ_LENS, bench_kernel
 
-    done = pd.read_csv(out).fillna({"note": ""}).to_dict("records") if out and Path(out).exists() else []
+    done = _bench_rows(out) if out and os.path.lexists(out) else []
     rows, start = list(done), time.perf_counter()
     todo = [(n_pos, name) for n_pos in seq_lens or SEQ_LENS for name in KERNELS
             if not any(r["kernel"] == name and r["T"] == n_pos for r in done)]
@@ -164,6 +164,26 @@ def bench_kernels(out: str | Path | None = None, budget_s: float = float("inf"),
     return rows, True
 
 
+def _bench_rows(out: str | Path) -> list[dict]:
+    """The rows of an earlier ``bench kernels --out CSV``, or a ValueError saying why ``out`` is not one."""
+    import pandas as pd
+
+    from interp.outputs import input_file
+
+    if os.path.islink(out):
+        raise ValueError(f"--out {out} is a symbolic link; give the CSV file itself (glitchlens never writes through "
+                         "a link)")
+    try:
+        frame = pd.read_csv(input_file(out, "--out"))
+    except (ValueError, pd.errors.ParserError) as err:
+        raise ValueError(f"--out {out}: not a CSV of `glitchlens bench kernels` ({' '.join(str(err).split())}); "
+                         "give a new file") from None
+    if not {"kernel", "T"} <= set(frame.columns):
+        raise ValueError(f"--out {out}: not a CSV of `glitchlens bench kernels` (no kernel and T columns); give a "
+                         "new file")
+    return frame.fillna({"note": ""}).to_dict("records")
+
+
 def compile_kernels(out: str | None, targets: str, dtype: str | None, d_head: int | None,
                     defaults_only: bool = False) -> int:
     """``glitchlens bench kernels --compile-only``: :func:`kernels.aot.compile_matrix` for the
@@ -175,10 +195,13 @@ def compile_kernels(out: str | None, targets: str, dtype: str | None, d_head: in
 
     if not out:
         raise ValueError("bench kernels --compile-only needs --out DIR, the folder for compile.csv and the binaries")
+    from interp.outputs import staged
+
     chosen = [t.strip() for t in targets.split(",") if t.strip()]
     try:
-        rows = compile_matrix(out, chosen, (dtype,) if dtype else DTYPES, (d_head,) if d_head else HEAD_DIMS,
-                              defaults_only=defaults_only)
+        with staged(out, names=("compile.csv",)) as stage:   # never over a file glitchlens did not write
+            rows = compile_matrix(stage, chosen, (dtype,) if dtype else DTYPES, (d_head,) if d_head else HEAD_DIMS,
+                                  defaults_only=defaults_only)
     except KeyboardInterrupt:
         print("interrupted: nothing written; Triton's cache keeps what was compiled, so the same command resumes "
               "quickly", file=sys.stderr)

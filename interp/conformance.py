@@ -34,7 +34,10 @@ A check that raises fails, with the exception as its detail, and the others stil
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import signal
+import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -107,13 +110,48 @@ def check_mechanism(name: str, device: str | torch.device = "cpu") -> Conformanc
         tokens = torch.randint(0, cfg.d_vocab, (BATCH, LONG), generator=torch.Generator().manual_seed(1)).to(device)
         for check_name, check in CHECKS.items():
             checks.append(_run(check_name, lambda: check(model, tokens)))
+            if checks[-1].detail.startswith(TIMED_OUT):   # the next checks would hang as long: not run
+                checks += [Check(later, False, f"not run: {check_name} did not return") for later in
+                           list(CHECKS)[list(CHECKS).index(check_name) + 1:]]
+                break
     return ConformanceReport(name, source, str(device), checks)
+
+
+CHECK_SECONDS = 30.0   # a check that takes longer fails (a forward that never returns), and ends the run
+TIMED_OUT = "did not return within"
+
+
+class CheckTimedOut(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Raise :class:`CheckTimedOut` in the block after ``seconds`` (SIGALRM: the main thread only;
+    elsewhere no limit). A forward stuck inside one native call is interrupted when it returns."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise CheckTimedOut(f"{TIMED_OUT} {seconds:g} s (interp.conformance.CHECK_SECONDS)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _run(name: str, check: Callable[[], tuple[bool, str]]) -> Check:
     """One check; one that raises fails, with the exception (and where it was raised) as its detail."""
     try:
-        passed, detail = check()
+        with time_limit(CHECK_SECONDS):
+            passed, detail = check()
+    except CheckTimedOut as err:
+        return Check(name, False, str(err))
     except Exception as err:   # a mechanism's own failure, whatever it is, is what is being reported
         frame = traceback.extract_tb(err.__traceback__)[-1]
         return Check(name, False, f"raised {type(err).__name__}: {err} ({frame.filename}:{frame.lineno})")

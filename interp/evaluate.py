@@ -23,10 +23,14 @@ from scipy.special import betaincinv
 from tqdm.auto import tqdm
 
 from interp.metrics import read_table
-from interp.tasks import D_VOCAB, D_VOCAB_AUTOMATON, ONE, SPLITS, ZERO, load_split, read_mask, sample_automaton
+from interp.tasks import (
+    D_VOCAB, D_VOCAB_AUTOMATON, ONE, SPLITS, ZERO, FlipFlopFormatError, check_tokens, load_split, read_mask,
+    sample_automaton,
+)
+from interp.tasks import Task, get_task
+from interp.tasks.builtin import AUTOMATON_EVAL_SEED
 from models.config import check_int
 
-AUTOMATON_EVAL_SEED = 52001
 # Sequences' worth of tokens per evaluation batch. At d_model 64 on the CPU, 16 beats 64 by
 # 10-15% at one thread (the per-position tensors of a batch stay in the last-level cache) and
 # 8 is no faster (docs/cpu-path-and-kernels.md "Evaluation speed").
@@ -68,7 +72,14 @@ class SplitResult:
 def clopper_pearson_upper(errors: int, trials: int, confidence: float = 0.95) -> float:
     """Upper end of the two-sided Clopper-Pearson interval for a binomial rate: the beta
     distribution's quantile, from ``scipy.special`` (``scipy.stats`` gives the same number and
-    costs every process a second to import)."""
+    costs every process a second to import). No read in ``trials``: 1.0. A negative count, more
+    ``errors`` than ``trials`` or a ``confidence`` outside (0, 1) is a ``ValueError`` naming it."""
+    if trials < 0:
+        raise ValueError(f"trials must be >= 0, got {trials}")
+    if not 0 <= errors <= trials:
+        raise ValueError(f"errors must lie in 0..trials ({trials}), got {errors}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
     if trials == 0:
         return 1.0
     if errors >= trials:
@@ -113,9 +124,14 @@ def _fast_impl(model: torch.nn.Module, device: torch.device) -> str | None:
 
 def predict_reads(model: torch.nn.Module, tokens: np.ndarray, batch_size: int = BATCH_SIZE,
                   attention_impl: str | None = None, workers: int | None = None,
-                  on_progress: Callable[[int], None] | None = None) -> ReadPredictions:
+                  on_progress: Callable[[int], None] | None = None, task: Task | str = "flipflop") -> ReadPredictions:
     """Run ``model`` over ``tokens`` (``[n, T]``) and collect its prediction at every read,
     and its margin there (logit of the true bit minus the other bit's).
+
+    ``task`` (a registered name or a :class:`~interp.tasks.Task`) says what the model reads and
+    where it is scored (``Task.model_io``): flip-flop's reads by default. For any task a "read"
+    is a scored position, and the margin is the logit of the right answer minus the best other
+    of ``Task.answers`` (for flip-flop's two bits, the one above).
 
     The model sees ``tokens[:, :-1]`` cut after each sequence's last read (see
     :func:`scored_lengths`), in batches of sequences of similar length holding at most
@@ -134,11 +150,12 @@ def predict_reads(model: torch.nn.Module, tokens: np.ndarray, batch_size: int = 
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    inputs = tokens[:, :-1]
-    mask = read_mask(inputs)
+    task = get_task(task) if isinstance(task, str) else task
+    inputs, targets, mask = task.model_io(tokens)
     seq_idx, pos_idx = np.nonzero(mask)
     first_read = np.concatenate([[0], np.cumsum(mask.sum(axis=1))])  # index of each sequence's first read
-    target = tokens[seq_idx, pos_idx + 1].astype(np.int64)
+    target = targets[seq_idx, pos_idx].astype(np.int64)
+    answers = torch.tensor(task.answers, device=device)
     predicted = np.empty(len(seq_idx), dtype=np.int64)
     margin = np.empty(len(seq_idx), dtype=np.float32)
     lengths = scored_lengths(model, inputs, mask)
@@ -159,10 +176,11 @@ def predict_reads(model: torch.nn.Module, tokens: np.ndarray, batch_size: int = 
             normalized = model.normalized_at(batch, torch.from_numpy(positions).to(device))
             logits = model.unembed(normalized[torch.from_numpy(row).to(device), torch.from_numpy(rank).to(device)])
             out = logits.argmax(-1).cpu().numpy()
-            one_over_zero = (logits[:, ONE] - logits[:, ZERO]).float().cpu().numpy()
-        at = first_read[rows[row]] + rank
+            at = first_read[rows[row]] + rank
+            right = torch.from_numpy(target[at]).to(device)
+            others = logits[:, answers].masked_fill(answers == right[:, None], -torch.inf).amax(-1)
+            margin[at] = (logits.gather(1, right[:, None])[:, 0] - others).float().cpu().numpy()
         predicted[at] = out
-        margin[at] = np.where(target[at] == ONE, one_over_zero, -one_over_zero)
         return len(rows)
 
     cfg = getattr(model, "cfg", None)
@@ -188,8 +206,10 @@ def predict_reads(model: torch.nn.Module, tokens: np.ndarray, batch_size: int = 
     return ReadPredictions(seq_idx, pos_idx, target, predicted, margin)
 
 
-def summarise(split: str, n_sequences: int, reads: ReadPredictions) -> SplitResult:
-    wrong = ~reads.correct
+def summarise(split: str, n_sequences: int, reads: ReadPredictions, task: Task | None = None) -> SplitResult:
+    """Error rate and sequence accuracy of ``reads``, each counted right by ``task.is_correct``
+    (default: the prediction equals the target)."""
+    wrong = ~(reads.correct if task is None else task.is_correct(reads.predicted, reads.target))
     errors = int(wrong.sum())
     n_reads = len(wrong)
     bad_sequences = len(np.unique(reads.sequence[wrong]))
@@ -205,33 +225,56 @@ def summarise(split: str, n_sequences: int, reads: ReadPredictions) -> SplitResu
 
 
 def evaluate_tokens(model, tokens: np.ndarray, split: str = "custom", batch_size: int = BATCH_SIZE,
-                    progress: bool = False) -> SplitResult:
-    """``progress``: a bar on stderr counting the sequences done, named after ``split``."""
+                    progress: bool = False, task: Task | str = "flipflop") -> SplitResult:
+    """Read error rate and full-sequence accuracy of a flip-flop ``model`` on ``tokens [n, T]``,
+    which must be flip-flop sequences (:func:`interp.tasks.check_tokens`: every sequence ends in
+    a read, so each has one to score, and every read repeats its last write; anything else is a
+    ValueError naming the sequence and the position). ``progress``: a bar on stderr counting
+    the sequences done, named after ``split``. Another registered ``task`` scores its own
+    sequences at its scored positions (:func:`predict_reads`)."""
     check_int("batch_size", batch_size)
+    task = get_task(task) if isinstance(task, str) else task
+    check_model_task(model, task.name)
     if len(tokens) == 0:
         raise ValueError("no sequences to evaluate")
     if tokens.shape[1] > MAX_SEQ_LEN:
         raise ValueError(f"{split}: sequences of {tokens.shape[1]:,} tokens are longer than the {MAX_SEQ_LEN:,} "
                          "(interp.evaluate.MAX_SEQ_LEN) evaluated; cut them into shorter flip-flop sequences")
+    if task.name == "flipflop":
+        check_flipflop(tokens, "tokens")
     with tqdm(total=len(tokens), desc=split, unit="seq", leave=False, disable=not progress) as bar:
-        reads = predict_reads(model, tokens, batch_size, on_progress=bar.update)
-    return summarise(split, len(tokens), reads)
+        reads = predict_reads(model, tokens, batch_size, on_progress=bar.update, task=task)
+    return summarise(split, len(tokens), reads, task)
+
+
+def check_flipflop(tokens: np.ndarray, argument: str) -> None:
+    """:func:`interp.tasks.check_tokens` as a ValueError naming ``argument``, the sequence index
+    and the position: a read that contradicts its last write would count the model's right
+    answer as a glitch."""
+    try:
+        check_tokens(np.asarray(tokens))
+    except FlipFlopFormatError as err:   # its message names the sequence and the position
+        raise ValueError(f"{argument}: {err} (only flip-flop sequences are scored)") from None
 
 
 def evaluate_splits(
-    model, splits=("iid", "sparse", "dense"), n: int | None = None, batch_size: int = BATCH_SIZE, progress: bool = False
+    model, splits: Sequence[str] | None = None, n: int | None = None, batch_size: int = BATCH_SIZE,
+    progress: bool = False, task: Task | str = "flipflop",
 ) -> dict[str, SplitResult]:
-    """Evaluate on canonical splits; ``n`` takes the first ``n`` sequences of each.
-    ``progress``: a bar per split on stderr (see :func:`evaluate_tokens`)."""
-    unknown = [name for name in splits if name not in SPLITS]
+    """Evaluate on the canonical splits of ``task`` (default: all of them; flip-flop's iid, sparse,
+    dense); ``n`` takes the first ``n`` sequences of each. ``progress``: a bar per split on stderr
+    (see :func:`evaluate_tokens`)."""
+    task = get_task(task) if isinstance(task, str) else task
+    splits = list(task.splits) if splits is None else splits
+    unknown = [name for name in splits if name not in task.splits]
     if unknown or not splits:
-        raise ValueError(f"unknown splits {unknown or list(splits)}; choose from {', '.join(SPLITS)}")
+        raise ValueError(f"unknown splits {unknown or list(splits)}; choose from {', '.join(task.splits)}")
     if n is not None:
         check_int("n", n)
     results = {}
     for name in splits:
-        size = None if n is None else min(n, SPLITS[name].size)
-        results[name] = evaluate_tokens(model, load_split(name, size), name, batch_size, progress)
+        size = None if n is None else min(n, task.splits[name].size)
+        results[name] = evaluate_tokens(model, task.load_split(name, size), name, batch_size, progress, task)
     return results
 
 
@@ -256,6 +299,7 @@ def evaluate_automaton(model, n: int = 1000, seq_len: int = 512, batch_size: int
     ``n`` fresh sequences (p_bottom 0.5) from a fixed seed. ``progress``: a bar on stderr."""
     check_int("n", n)
     check_int("batch_size", batch_size)
+    check_model_task(model, "automaton")
     inputs, states = sample_automaton(n, seq_len, 0.5, rng=seed)
     correct = np.empty_like(states, dtype=bool)
     was_training = model.training
@@ -271,15 +315,48 @@ def evaluate_automaton(model, n: int = 1000, seq_len: int = 512, batch_size: int
             "sequence_accuracy": float(correct.all(axis=1).mean())}
 
 
+TASK_VOCAB = {"flipflop": D_VOCAB, "automaton": D_VOCAB_AUTOMATON}
+
+
+def task_vocab(task: str) -> int:
+    """The vocabulary size of a model of ``task``: :data:`TASK_VOCAB`'s, else the registered task's."""
+    return TASK_VOCAB[task] if task in TASK_VOCAB else get_task(task).d_vocab
+
+
 def checkpoint_task(config: dict) -> str:
     """``"flipflop"`` or ``"automaton"``: the task a checkpoint's run trained on, or, for a
-    checkpoint saved outside training, the task its vocabulary fits."""
-    if config.get("training"):
-        return config["training"]["config"].get("task", "flipflop")
+    checkpoint saved outside training, the task its vocabulary fits. A recorded task whose
+    vocabulary does not fit in the model's (an edited ``task``) is refused: the model would be
+    scored on sequences of another task. (A vocabulary may be larger than its task's:
+    ``automaton-1l`` has the flip-flop's five tokens. Loading the tensors checks the task they
+    record, when they record one: ``models.checkpoint``.)"""
     vocab = config["model"].get("d_vocab")
+    if config.get("training"):
+        task = config["training"]["config"].get("task", "flipflop")
+        if not isinstance(vocab, int) or task_vocab(task) > vocab:
+            raise ValueError(f"the checkpoint records the task {task!r}, whose vocabulary has "
+                             f"{task_vocab(task)} tokens, but its model has {vocab}; config.json was edited: "
+                             "restore its training config's task")
+        return task
     if vocab == D_VOCAB_AUTOMATON:
         return "automaton"
     if vocab != D_VOCAB:
         raise ValueError(f"a vocabulary of {vocab} tokens is neither the flip-flop language's ({D_VOCAB}) "
                          f"nor the automaton's ({D_VOCAB_AUTOMATON})")
     return "flipflop"
+
+
+def check_model_task(model, task: str) -> None:
+    """Refuse to score ``model`` on ``task`` when it was trained on another (a loaded checkpoint's
+    ``model.trained_task``), or, for a model that does not say, when its vocabulary is not the task's."""
+    trained = getattr(model, "trained_task", None)
+    if trained is not None:
+        if trained != task:
+            raise ValueError(f"model: it was trained on the {trained} task, not the {task} task: evaluate it on "
+                             "its own task")
+        return
+    vocab = getattr(getattr(model, "cfg", None), "d_vocab", None)
+    if vocab != task_vocab(task):
+        other = next((name for name, size in TASK_VOCAB.items() if size == vocab), None)
+        raise ValueError(f"model: its vocabulary has {vocab} tokens, {'the ' + other + ' task' if other else 'no task'}"
+                         f"'s, not the {task} task's {task_vocab(task)}: evaluate it on its own task")

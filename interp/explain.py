@@ -6,7 +6,9 @@ Orchestration of :func:`interp.evaluate.evaluate_reads`, :mod:`interp.circuits` 
 
 1. Evaluate the first ``n`` sequences of one split; every wrong read is a glitch.
 2. Direct logit attribution at every read of those sequences: the mean share of each
-   component, at correct reads and at glitches.
+   component, at correct reads and at glitches, through every norm of a model that
+   renormalises the stream (:func:`~interp.circuits.direct_logit_attribution`); the
+   components of a read add up to its logit difference (``dla_sum_error``: the largest gap).
 3. *Carry the bit*: :func:`~interp.circuits.bit_flip_pairs` on up to ``pairs`` correct reads,
    evenly spaced over the evaluated ones. Every head's ``hook_z``, every MLP output and every
    mechanism hook is patched at all positions; the residual stream before each block is
@@ -14,7 +16,13 @@ Orchestration of :func:`interp.evaluate.evaluate_reads`, :mod:`interp.circuits` 
    lives at each depth); and the two heads that restore most are path-patched
    (:func:`~interp.circuits.path_patching`, through the MLPs) into the heads of later layers.
 4. *Corrupt it*: :func:`~interp.circuits.glitch_pairs` on up to ``pairs`` glitches (clean =
-   the one-instruction edit that the model reads right), patched the same way.
+   the one-instruction edit that the model reads right), patched the same way; the first
+   glitches with an instruction between their write and their read, the only ones an edit can
+   pair.
+
+An analysis that does not apply (no correct read to flip, no glitch that any edit fixes, no
+residual stream in the LSTM) is skipped, its reason in ``explain.json["skipped"]``, at the top
+of report.md, and on stderr from the command line.
 
 A component *carries* (or *corrupts*) when patching it alone, at every position, restores at
 least ``NAMED`` of the logit difference over the pairs (the sums' ratio); the residual stream
@@ -22,7 +30,8 @@ itself always would, so it is reported by position instead. Files in ``out_dir``
 
 - ``report.md``: all of it as prose, tables and the PNGs; ``explain.json``: the summary
   (:class:`Explanation`: ``carry`` and ``corrupt`` each hold ``pairs``, ``named``, ``where``,
-  ``paths``; ``dla``: the three largest components per kind of read);
+  ``paths``; ``dla``: the three largest components per kind of read; ``dla_sum_error``;
+  ``neurons``: :func:`top_neurons`; ``skipped``: the reason of each analysis skipped);
 - ``glitches.csv``: the wrong reads (``read_table`` rows); ``dla.csv``: ``dla_summary`` by
   ``reads`` (correct or glitch); ``pairs.csv``: ``ReadPairs.info`` of every pair, with
   ``kind`` (carry or corrupt); ``patching.csv``: ``activation_patching`` rows with ``kind``;
@@ -35,7 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -78,9 +87,9 @@ class Explanation:
                 out.append("  paths: " + ", ".join(f"{p['sender']} -> {p['receiver']} {p['input']} {p['restored']:.2f}"
                                                    for p in part["paths"]))
         if s["dla"]:
-            out.append("direct logit attribution: " + "; ".join(
-                f"{reads}: " + ", ".join(f"{c['component']} {c['attribution']:+.2f}" for c in rows)
-                for reads, rows in s["dla"].items()))
+            largest = "; ".join(f"{reads}: " + ", ".join(f"{c['component']} {c['attribution']:+.2f}" for c in rows)
+                                for reads, rows in s["dla"].items())
+            out.append(f"direct logit attribution (the parts add up to within {s['dla_sum_error']:.1e}): {largest}")
         return out
 
 
@@ -221,18 +230,67 @@ def named(traced: dict[str, pd.DataFrame], pairs: circuits.ReadPairs, pairs_are:
             "paths": records(paths, ["sender", "receiver", "input", "restored"], NAMED)}
 
 
-def dla_by_reads(model, tokens: np.ndarray, reads: pd.DataFrame) -> pd.DataFrame:
-    """:func:`~interp.circuits.dla_summary` at the correct reads and at the glitches."""
+def dla_by_reads(model, tokens: np.ndarray, reads: pd.DataFrame) -> tuple[pd.DataFrame, float]:
+    """:func:`~interp.circuits.dla_summary` at the correct reads and at the glitches, and how
+    far the components of a read are from adding up to its logit difference (the largest gap
+    over the reads, :func:`~interp.circuits.dla_sum_error`)."""
     dla = circuits.direct_logit_attribution(model, tokens)
     labels = reads[["seq", "position", "correct"]].assign(reads=np.where(reads.correct, "correct", "glitch"))
-    return circuits.dla_summary(dla.merge(labels, on=["seq", "position"]), by=["reads"])
+    return (circuits.dla_summary(dla.merge(labels, on=["seq", "position"]), by=["reads"]),
+            circuits.dla_sum_error(dla))
+
+
+NEURON_CHUNK = 8   # sequences per attribution by neuron: its frame has a row per (read, neuron)
+TOP_NEURONS = 5    # the neurons named per kind of read
+
+
+def top_neurons(model, tokens: np.ndarray, reads: pd.DataFrame) -> dict[str, list[dict]]:
+    """The ``TOP_NEURONS`` MLP neurons of largest mean absolute direct attribution at the
+    correct reads and at the glitches (``{reads: [{component, attribution, abs_attribution,
+    share}]}``), from :func:`~interp.circuits.direct_logit_attribution` with ``neurons``, run
+    ``NEURON_CHUNK`` sequences at a time and summed."""
+    labels = reads[["seq", "position"]].assign(reads=np.where(reads.correct, "correct", "glitch"))
+    sums = []
+    for start in range(0, len(tokens), NEURON_CHUNK):
+        frame = circuits.direct_logit_attribution(model, tokens[start:start + NEURON_CHUNK], neurons=True)
+        frame = frame[frame.kind == "neuron"].assign(seq=lambda f: f.seq + start).merge(labels, on=["seq", "position"])
+        frame = frame.assign(abs_attribution=frame.attribution.abs(), n=1)
+        sums.append(frame.groupby(["reads", "component"], sort=False)[
+            ["attribution", "abs_attribution", "logit_diff", "n"]].sum())
+    total = pd.concat(sums).groupby(level=["reads", "component"], sort=False).sum()
+    means = total[["attribution", "abs_attribution", "logit_diff"]].div(total.n, axis=0).reset_index()
+    means["share"] = means.attribution / means.logit_diff
+    return {label: group.nlargest(TOP_NEURONS, "abs_attribution")[
+        ["component", "attribution", "abs_attribution", "share"]].to_dict("records")
+        for label, group in means.groupby("reads")}
+
+
+def _without_stream(model, out_dir: Path, summary: dict, glitches: pd.DataFrame, files: dict) -> Explanation:
+    """The explanation of a model without blocks (the LSTM): its glitches, every other analysis
+    skipped with the reason."""
+    reason = f"the {model.cfg.model} model has no heads or residual stream to attribute or patch"
+    summary["skipped"] |= {"dla": reason, "carry": reason, "corrupt": reason}
+    return _write(out_dir, summary, glitches, pd.DataFrame(), files)
+
+
+def _write(out_dir: Path, summary: dict, glitches: pd.DataFrame, dla: pd.DataFrame, files: dict) -> Explanation:
+    """report.md and explain.json, the last files of an explanation."""
+    files["report"] = out_dir / "report.md"
+    files["report"].write_text(report_markdown(summary, glitches, dla))
+    files["json"] = out_dir / "explain.json"
+    summary["files"] = {kind: path.name for kind, path in files.items()}
+    files["json"].write_text(json.dumps(plain(summary), indent=2, allow_nan=False) + "\n")
+    return Explanation(out_dir, summary, files)
 
 
 def report_markdown(summary: dict, glitches: pd.DataFrame, dla: pd.DataFrame) -> str:
     """report.md: the summary as prose and tables, with the PNGs inline."""
     s = summary
-    lines = [f"# glitchlens explain: {s['checkpoint']} ({s['model']})", "",
-             f"Split `{s['split']}`, first {s['sequences']} sequences: {s['reads']} reads, {s['glitches']} glitches.", ""]
+    lines = [f"# glitchlens explain: {s['checkpoint']} ({s['model']})", ""]
+    if s["skipped"]:
+        lines += [*(f"**Skipped: {ANALYSES[kind]}**: {reason}.  " for kind, reason in s["skipped"].items()), ""]
+    lines += [f"Split `{s['split']}`, first {s['sequences']} sequences: {s['reads']} reads, "
+              f"{s['glitches']} glitches.", ""]
     if not s["glitches"]:
         lines += ["No glitches in these sequences: below, only how the bit travels at correct reads.", ""]
     else:
@@ -246,13 +304,22 @@ def report_markdown(summary: dict, glitches: pd.DataFrame, dla: pd.DataFrame) ->
         counts = dla.groupby("reads").n_reads.first()
         lines += ["## Direct logit attribution", "",
                   "Mean attribution of each component to logit(right bit) - logit(other bit), straight to the "
-                  "unembedding, and its share of the mean logit difference.", "",
+                  "unembedding, and its share of the mean logit difference. Where each block renormalises the "
+                  "stream, each component is carried through every later norm with the norm's scale frozen at its "
+                  "value in the run, so the components of a read add up to its logit difference (here to within "
+                  f"{s['dla_sum_error']:.1e}, the largest gap over the reads).", "",
                   "| component | " + " | ".join(f"{k} ({counts[k]} reads)" for k in kinds) + " |",
                   "|---" * (len(kinds) + 1) + "|"]
         lines += [f"| {component} | " + " | ".join(
             f"{row['attribution', k]:+.3f} ({row['share', k]:.2f})" for k in kinds) + " |"
             for component, row in table.iterrows()]
-        lines += ["", "![direct logit attribution](dla.png)", ""]
+        lines += ["", "![direct logit attribution](dla.png)", "",
+                  f"The {TOP_NEURONS} MLP neurons of largest mean absolute attribution (neuron n of layer l writes "
+                  "its activation times row n of W_out; mean attribution, mean |attribution|, share):", ""]
+        lines += [f"- {reads}: " + ", ".join(f"{n['component']} {n['attribution']:+.3f} ({n['abs_attribution']:.3f}, "
+                                             f"{n['share']:.2f})" for n in rows)
+                  for reads, rows in s["neurons"].items()]
+        lines.append("")
     for kind, title, meaning in (
             ("carry", "Which components carry the bit",
              "Pairs: a correct read, and the same sequence had its last write stored the other bit. "
@@ -273,16 +340,20 @@ def report_markdown(summary: dict, glitches: pd.DataFrame, dla: pd.DataFrame) ->
                   + (", ".join(f"{p['sender']} -> {p['receiver']} ({p['input']}) {p['restored']:.2f}"
                                for p in part["paths"]) or "none"), ""]
         lines += [f"![where, {kind}](where_{kind}.png)", ""]
-    lines += ["## Every component, both kinds of pairs", "", "![components](components.png)", ""]
+    if "carry" in s or "corrupt" in s:
+        lines += ["## Every component, both kinds of pairs", "", "![components](components.png)", ""]
     return "\n".join(lines)
 
 
+ANALYSES = {"dla": "direct logit attribution", "carry": "which components carry the bit",
+            "corrupt": "which components carry the glitch"}
 PAIRS_ARE = {"carry": "correct reads, their last write's bit flipped",
              "corrupt": "glitches, clean = the one-instruction edit the model reads right"}
 
 
 def explain(checkpoint_path, out_dir, split: str = "dense", n: int = 100, pairs: int = 16,
-            batch_size: int = BATCH_SIZE, device: str = "cpu", progress: bool = False) -> Explanation:
+            batch_size: int = BATCH_SIZE, device: str = "cpu", progress: bool = False,
+            overwrite: bool = False) -> Explanation:
     """Explain the glitches of a checkpoint on the first ``n`` sequences of ``split`` and write
     the files of the module docstring into ``out_dir``; ``pairs``: at most this many pairs of
     each kind. ``progress``: a bar on stderr over the forward passes (:class:`RunCounter`).
@@ -291,20 +362,22 @@ def explain(checkpoint_path, out_dir, split: str = "dense", n: int = 100, pairs:
     pass of its ``pairs`` sequences per head of every patched hook, per position of the
     stream before each layer, and per path; a pass costs about ``pairs`` times one sequence's
     forward at the length up to its read. ``n`` costs one evaluation and one cached run."""
-    from interp.outputs import writable_dir
+    from interp.outputs import check_free, moved, staged, writable_dir
     from models import load, read_config
 
     if checkpoint_task(read_config(checkpoint_path)) == "automaton":
         raise ValueError(f"{checkpoint_path} was trained on the automaton task; explain reads flip-flop reads")
-    out_dir = writable_dir(out_dir)     # before the model is loaded and the passes run
-    model = load(checkpoint_path, device=device)
-    if not hasattr(model, "blocks"):
-        raise ValueError(f"the {model.cfg.model} model has no heads or residual stream to patch")
+    check_free(writable_dir(out_dir), ("report.md", "explain.json", "glitches.csv"), overwrite)  # before the passes
+    from interp.diagnose import require_finite
+
+    model = require_finite(load(checkpoint_path, device=device), checkpoint_path, "attribution")
     runs = RunCounter(model, progress)
     try:
-        return _explain(model, checkpoint_path, out_dir, split, n, pairs, batch_size, runs)
+        with staged(out_dir, overwrite, ("report.md", "explain.json", "glitches.csv")) as stage:
+            result = _explain(model, checkpoint_path, stage, split, n, pairs, batch_size, runs)
     finally:
         runs.close()
+    return replace(result, out_dir=Path(out_dir), files=moved(result.files, stage, out_dir))
 
 
 def _explain(model, checkpoint_path, out_dir: Path, split: str, n: int, pairs: int, batch_size: int,
@@ -317,15 +390,17 @@ def _explain(model, checkpoint_path, out_dir: Path, split: str, n: int, pairs: i
                "reads": len(reads), "glitches": len(glitches), "named_at": NAMED, "dla": {}, "skipped": {}}
     files = {"glitches": out_dir / "glitches.csv"}
     glitches.to_csv(files["glitches"], index=False)
+    if not hasattr(model, "blocks"):
+        return _without_stream(model, out_dir, summary, glitches, files)
     components = circuits.patchable_hooks(model, ("z", "mlp_out", "mechanism"))
     paired = min(len(glitches), pairs)
-    runs.plan(1 + paired + (1 + bool(paired)) * runs.trace(components))   # DLA, pairing, the traces
+    neuron_runs = -(-len(tokens) // NEURON_CHUNK)
+    runs.plan(1 + neuron_runs + paired + (1 + bool(paired)) * runs.trace(components))   # DLA, pairing, the traces
 
-    try:
-        with runs.stage("direct logit attribution", 1):
-            dla = dla_by_reads(model, tokens, reads)
-    except ValueError as err:   # a stream that is no sum (norm_placement="stream")
-        dla, summary["skipped"]["dla"] = pd.DataFrame(), str(err)
+    with runs.stage("direct logit attribution", 1):
+        dla, summary["dla_sum_error"] = dla_by_reads(model, tokens, reads)
+    with runs.stage("direct logit attribution by neuron", neuron_runs):
+        summary["neurons"] = top_neurons(model, tokens, reads)
     if len(dla):
         files["dla_csv"] = out_dir / "dla.csv"
         dla.to_csv(files["dla_csv"], index=False)
@@ -333,11 +408,19 @@ def _explain(model, checkpoint_path, out_dir: Path, split: str, n: int, pairs: i
         summary["dla"] = {label: group.reindex(group.attribution.abs().sort_values(ascending=False).index).head(3)[
             ["component", "attribution", "share"]].to_dict("records") for label, group in dla.groupby("reads")}
 
-    found = {"carry": circuits.bit_flip_pairs(tokens, evenly_spaced(reads[reads.correct], pairs))}
+    found = {}
+    if reads.correct.any():
+        found["carry"] = circuits.bit_flip_pairs(tokens, evenly_spaced(reads[reads.correct], pairs))
+    else:
+        summary["skipped"]["carry"] = "no read of these sequences is right, so there is no correct read to flip"
+        runs.plan(-runs.trace(components))
     if len(glitches):
         try:
             with runs.stage("pairing the glitches with edits read right", paired):
-                found["corrupt"] = circuits.glitch_pairs(model, tokens, glitches.head(pairs))
+                # a glitch with no instruction between its write and its read has no edit to pair it with
+                editable = glitches[glitches.dependency_length > 2]
+                chosen = (editable if len(editable) else glitches).head(pairs)
+                found["corrupt"] = circuits.glitch_pairs(model, tokens, chosen)
             summary["unpaired_glitches"] = found["corrupt"].unpaired.to_dict("records")
         except ValueError as err:   # no glitch has a partner
             summary["skipped"]["corrupt"] = str(err)
@@ -351,10 +434,11 @@ def _explain(model, checkpoint_path, out_dir: Path, split: str, n: int, pairs: i
             circuits.patching_summary(parts["where"]), xlabel="position from the last write",
             title=f"{kind}: restored by patching the stream at one position", backend="matplotlib"),
             out_dir / f"where_{kind}.png")
-    files["components"] = plots.save(plots.patching_heatmap(
-        pd.concat([circuits.patching_summary(parts["whole"]).assign(pairs=kind) for kind, parts in traced.items()]),
-        x="pairs", title="Restored by patching one component at every position", backend="matplotlib"),
-        out_dir / "components.png")
+    if traced:
+        files["components"] = plots.save(plots.patching_heatmap(
+            pd.concat([circuits.patching_summary(parts["whole"]).assign(pairs=kind) for kind, parts in traced.items()]),
+            x="pairs", title="Restored by patching one component at every position", backend="matplotlib"),
+            out_dir / "components.png")
     tables = {"pairs": [kind_pairs.info.assign(kind=kind) for kind, kind_pairs in found.items()],
               "patching": [parts[part].assign(kind=kind) for kind, parts in traced.items() for part in ("whole", "where")],
               "path_patching": [parts["paths"].assign(kind=kind) for kind, parts in traced.items() if len(parts["paths"])]}
@@ -362,9 +446,4 @@ def _explain(model, checkpoint_path, out_dir: Path, split: str, n: int, pairs: i
         if frames:
             files[name] = out_dir / f"{name}.csv"
             pd.concat(frames, ignore_index=True).to_csv(files[name], index=False)
-    files["report"] = out_dir / "report.md"
-    files["report"].write_text(report_markdown(summary, glitches, dla))
-    files["json"] = out_dir / "explain.json"
-    summary["files"] = {kind: path.name for kind, path in files.items()}
-    files["json"].write_text(json.dumps(plain(summary), indent=2, allow_nan=False) + "\n")
-    return Explanation(out_dir, summary, files)
+    return _write(out_dir, summary, glitches, dla, files)

@@ -1,11 +1,31 @@
-"""Output directories, checked before any work starts: a run that would fail to write its
-results after minutes of work is refused at once instead."""
+"""The files a command reads and writes, checked before any work starts.
+
+Reading: :func:`input_file` admits a regular file of a sane size only, so that a FIFO, a device
+(``/dev/zero``) or a huge sparse file is refused at once instead of hanging or exhausting memory.
+
+Writing, one rule for every command (docs/guide.md "What commands write"): a command writes
+only inside its ``--out``, only the files it names, never through a symbolic link, and never
+over a file it did not write itself unless ``overwrite``. What it wrote is listed in
+:data:`MANIFEST` in ``--out``; a file is the command's own when that list names it. Outputs are
+written into a fresh directory inside ``--out`` (:func:`staged`) and then renamed into place:
+a rename replaces a directory entry and never follows a link, and a failure halfway leaves
+``--out`` as it was.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import stat
 import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+MANIFEST = ".glitchlens-outputs.json"
+MAX_INPUT_BYTES = 4 << 30        # data, weights: far above any file GlitchLens writes
+MAX_JSON_BYTES = 64 << 20        # config.json, result.json, captions.json, the manifest
 
 
 def writable_dir(out: str | os.PathLike, option: str = "--out") -> Path:
@@ -27,3 +47,163 @@ def writable_dir(out: str | os.PathLike, option: str = "--out") -> Path:
     except OSError as err:
         raise ValueError(f"{option} {out} is not writable ({err.strerror}); choose another directory") from None
     return out
+
+
+def input_file(path: str | os.PathLike, what: str = "input", max_bytes: int = MAX_INPUT_BYTES) -> Path:
+    """``path`` if it is a regular file of at most ``max_bytes``, else a ValueError naming
+    ``what`` and the path: missing, a directory, a FIFO, device or socket (which would block or
+    never end), or too large to read into memory."""
+    path = Path(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise ValueError(f"{what} {path}: no such file") from None
+    except OSError as err:
+        raise ValueError(f"{what} {path}: {err.strerror}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ValueError(f"{what} {path} is a directory; give a file")
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{what} {path} is not a regular file (a FIFO, device or socket); give a file")
+    if info.st_size > max_bytes:
+        raise ValueError(f"{what} {path} holds {info.st_size:,} bytes, more than the {max_bytes:,} "
+                         f"(interp.outputs) read from such a file; is it the right file?")
+    return path
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON file") -> object:
+    """The JSON value in ``path``, after :func:`input_file`; a ValueError naming it if it is not JSON."""
+    path = input_file(path, what, MAX_JSON_BYTES)
+    try:
+        return json.loads(path.read_bytes().decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{what} {path}: not valid JSON ({err})") from None
+
+
+def written(out: Path) -> set[str]:
+    """The paths (relative to ``out``, with ``/``) that :data:`MANIFEST` says GlitchLens wrote."""
+    path = out / MANIFEST
+    if not os.path.lexists(path):
+        return set()
+    if path.is_symlink():
+        raise ValueError(f"{path} is a symbolic link; remove it (it lists what glitchlens wrote in {out})")
+    data = read_json(path, "output list")
+    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+        raise ValueError(f"{path}: not a glitchlens output list; remove it (it lists what glitchlens wrote in {out})")
+    return {name for name in data["files"] if isinstance(name, str)}
+
+
+def new_file(folder: Path, prefix: str, suffix: str = "") -> tuple[int, str]:
+    """A new, empty file in ``folder`` that no one else has opened (``tempfile.mkstemp``: never a
+    link), with the permissions a plain ``open`` would give it: ``(fd, path)``, to rename into place."""
+    fd, path = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+    return fd, path
+
+
+def record(out: Path, names: Iterable[str]) -> None:
+    """Add ``names`` (relative to ``out``) to :data:`MANIFEST`, atomically."""
+    files = sorted(written(out) | {str(name) for name in names})
+    fd, tmp = new_file(out, f"{MANIFEST}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump({"written_by": "glitchlens", "files": files}, f, indent=1)
+        os.replace(tmp, out / MANIFEST)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def check_free(out: Path, names: Iterable[str], overwrite: bool = False, option: str = "--out") -> None:
+    """Refuse, naming the first, any of ``names`` (relative to ``out``) that exists in ``out`` and
+    is not the command's own (a symbolic link never is), unless ``overwrite``; and any path
+    whose folders leave ``out`` through a link or a file."""
+    names = [str(name) for name in names]
+    ours = written(out) if names else set()
+    for name in names:
+        inside(out, name, option)
+        path = out / name
+        if not overwrite and os.path.lexists(path) and (path.is_symlink() or name not in ours):
+            kind = "a symbolic link" if path.is_symlink() else "a file glitchlens did not write"
+            raise ValueError(f"{path} exists and is {kind}; pass --overwrite to replace it, or choose another "
+                             f"{option}")
+
+
+def inside(out: Path, name: str, option: str = "--out") -> Path:
+    """``out / name`` after checking that ``name`` is relative, without ``..``, and that each
+    folder on its way exists as a real folder (not a link) or not at yet."""
+    parts = Path(name).parts
+    if Path(name).is_absolute() or ".." in parts or not parts:
+        raise ValueError(f"{name}: not a name inside {option} {out}")
+    folder = out
+    for part in parts[:-1]:
+        folder = folder / part
+        if os.path.lexists(folder) and (folder.is_symlink() or not folder.is_dir()):
+            raise ValueError(f"{folder} is a symbolic link or a file, not a folder of {option} {out}; remove it "
+                             "or choose another")
+    return out / name
+
+
+@contextmanager
+def staged(out: str | os.PathLike, overwrite: bool = False, names: Iterable[str] = (),
+           option: str = "--out") -> Iterator[Path]:
+    """A fresh folder inside ``out`` to write a command's files into; when the block ends
+    without an error they are renamed into ``out`` and listed in :data:`MANIFEST`.
+
+    ``names``: the files the command will surely write, checked (:func:`check_free`) before the
+    block, that is, before minutes of work. Each file the block wrote is checked again before
+    anything moves; if one would replace a file not the command's own, nothing moves and the
+    error names the folder that keeps the results."""
+    out = writable_dir(out, option)
+    check_free(out, names, overwrite, option)
+    stage = Path(tempfile.mkdtemp(prefix=".glitchlens-staging-", dir=out))
+    keep = False
+    try:
+        yield stage
+        files = sorted(path.relative_to(stage).as_posix() for path in stage.rglob("*") if not path.is_dir())
+        try:
+            check_free(out, files, overwrite, option)
+        except ValueError as err:
+            keep = True
+            raise ValueError(f"{err} (nothing was moved: the results are in {stage})") from None
+        for name in files:
+            target = inside(out, name, option)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(stage / name, target)   # replaces an entry, never writes through a link
+        record(out, files)
+    finally:
+        if not keep:
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+def linked_folders(out: Path, depth: int = 3) -> list[Path]:
+    """Symbolic links to folders within ``depth`` levels of ``out``: what is written below one
+    (a sweep's runs) would land outside ``out``."""
+    found = []
+    for folder, subfolders, _ in os.walk(out):   # never follows a link
+        level = len(Path(folder).relative_to(out).parts)
+        found += [Path(folder) / name for name in subfolders if (Path(folder) / name).is_symlink()]
+        if level + 1 >= depth:
+            subfolders.clear()
+    return found
+
+
+def moved(files: dict[str, Path], stage: Path, out: str | os.PathLike) -> dict[str, Path]:
+    """``files`` written in ``stage`` at the paths :func:`staged` moves them to in ``out``."""
+    return {key: Path(out) / Path(path).relative_to(stage) for key, path in files.items()}
+
+
+def open_append(path: Path):
+    """``path`` opened to append text (created if missing), refusing a symbolic link and anything
+    but a regular file (a FIFO would block)."""
+    try:   # O_NONBLOCK: a FIFO put there after the check below fails at once instead of blocking
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as err:
+        if os.path.islink(path):
+            raise ValueError(f"{path} is a symbolic link; remove it (glitchlens never writes through one)") from None
+        raise ValueError(f"{path}: cannot append to it ({err.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{path} is not a regular file; remove it")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "a", buffering=1)   # line-buffered: each record reaches the file as written

@@ -13,7 +13,8 @@ length 512 from ``interp.evaluate.AUTOMATON_EVAL_SEED``.
 
 from __future__ import annotations
 
-import json
+import math
+import os
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,16 +66,26 @@ def check_run_matches(run: Path, model_cfg: ModelConfig, train_cfg: TrainConfig)
 
 def build(name: str, steps: int | None = None, root: str | Path = PRETRAINED_DIR,
           eval_sequences: int | None = EVAL_SEQUENCES, from_run: str | Path | None = None,
-          progress: bool = False) -> Path:
+          progress: bool = False, overwrite: bool = False) -> Path:
     """Train entry ``name``'s specimen, evaluate it and write ``root/name``.
 
     ``steps`` shortens the run (tests use it to prove the recipe still trains); an entry
     built that way records the shortened command, never the full one. ``from_run`` adopts
     a finished run of exactly the specimen's configuration instead of training again.
     ``progress``: the training's and the evaluation's bars on stderr (``glitchlens train``'s
-    and ``glitchlens eval``'s).
+    and ``glitchlens eval``'s). An entry already in ``root`` (by default the installed
+    package's shipped one) is replaced only with ``overwrite``; checked before any training.
     """
     import torch
+
+    from interp.outputs import writable_dir
+
+    target = writable_dir(root, "--root") / name
+    if os.path.islink(target) or (os.path.lexists(target) and not overwrite):
+        what = "a symbolic link" if os.path.islink(target) else "already built"
+        shipped = " (the entry shipped in the installed package)" if Path(root) == PRETRAINED_DIR else ""
+        raise ValueError(f"{target} is {what}{shipped}; pass --overwrite to replace it, or --root DIR to build "
+                         "elsewhere")
 
     # Every entry was trained with one thread (interp.specimens).
     threads = torch.get_num_threads()
@@ -142,10 +153,11 @@ def listing(root: str | Path = PRETRAINED_DIR, names: list[str] | None = None) -
                                "built": directory.exists(), "model": SPECIMENS[name].model, **planned_shape(name)}
         if row["built"]:
             config = _recorded_config(directory)
-            row.update(config["metadata"])
+            # recorded metadata adds fields; it never replaces one the listing computes (path, built, size, ...)
+            row.update({k: v for k, v in config["metadata"].items() if k not in row and k not in ("size_kb", "beta")})
             row.update({"model": config["model"]["model"], **{f: config["model"][f] for f in SHAPE_FIELDS},
                         **{f: config["training"]["config"][f] for f in LENGTH_FIELDS}})
-            row["size_kb"] = sum(f.stat().st_size for f in directory.iterdir()) / 1024
+            row["size_kb"] = sum(f.lstat().st_size for f in directory.iterdir()) / 1024
             if row["model"] in THRESHOLD_MODELS:
                 row["beta"] = recorded_betas(directory, config)
         rows.append(row)
@@ -161,19 +173,38 @@ def recorded_betas(directory: Path, config: dict[str, Any]) -> list[float]:
     with numpy alone (the listing does not import torch)."""
     from safetensors import safe_open
 
-    with safe_open(directory / config.get("files", {}).get("model", "model.safetensors"), framework="numpy") as f:
-        return [float(f.get_tensor(f"blocks.{layer}.attn.beta")) for layer in range(config["model"]["n_layers"])]
+    from interp.outputs import input_file
+
+    path = directory / str((config.get("files") or {}).get("model", "model.safetensors"))
+    try:
+        with safe_open(input_file(path, "pretrained entry's tensor file"), framework="numpy") as f:
+            layers = range(int(config["model"]["n_layers"]))
+            return [float(f.get_tensor(f"blocks.{layer}.attn.beta")) for layer in layers]
+    except Exception as err:   # safetensors' own error class is no ValueError
+        if isinstance(err, ValueError) and str(path) in str(err):
+            raise
+        raise ValueError(f"{path}: not the tensor file of a threshold entry ({type(err).__name__}: {err}); rebuild "
+                         f"it with `glitchlens pretrained build {directory.name}`") from None
 
 
 def _recorded_config(directory: Path) -> dict[str, Any]:
+    from interp.outputs import read_json
+
     path = directory / "config.json"
     try:
-        config = json.loads(path.read_text())
+        config = read_json(path, "pretrained entry's config")
         metadata, model, training = config["metadata"], config["model"], config["training"]["config"]
+        if not all(isinstance(section, dict) for section in (metadata, model, training)):
+            raise TypeError("its metadata, model and training config must be objects")
+        accuracy = metadata.get("accuracy")
+        if not isinstance(accuracy, dict) or not all(
+                isinstance(r, dict) and all(isinstance(v, (int, float)) and math.isfinite(v) for v in r.values())
+                for r in accuracy.values()):
+            raise TypeError("its metadata's accuracy must map each split to finite numbers")
         missing = [f for f in ("command", "seed", "accuracy") if f not in metadata]
         missing += [f for f in ("model", *SHAPE_FIELDS) if f not in model]
         missing += [f for f in LENGTH_FIELDS if f not in training]
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
+    except (KeyError, TypeError) as err:
         raise ValueError(f"{path}: not a pretrained entry's config ({type(err).__name__}: {err}); "
                          f"rebuild it with `glitchlens pretrained build {directory.name}`") from None
     if missing:

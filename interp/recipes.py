@@ -109,12 +109,23 @@ def get_recipe(name: str) -> Recipe:
     return RECIPES[name]
 
 
+def task_fields(train_cfg) -> dict[str, Any]:
+    """The model fields a registered task other than flip-flop and the automaton sets: its vocabulary,
+    and an ``n_ctx`` that covers its longest split (so that learned absolute positions reach them)."""
+    if train_cfg.task in ("flipflop", "automaton"):
+        return {}
+    from interp.tasks import get_task
+
+    task = get_task(train_cfg.task)
+    return {"d_vocab": task.d_vocab, "n_ctx": max(train_cfg.seq_len, task.n_ctx)}
+
+
 def run_configs(model: str, preset: str, recipe: str = DEFAULT_RECIPE, model_fields: dict[str, Any] | None = None,
                 training: dict[str, Any] | None = None):
     """The ``(ModelConfig, TrainConfig)`` of ``model`` at size ``preset`` trained with ``recipe``:
     the given fields win over the recipe's, attention options key by key, and ``n_ctx`` follows
-    the training length unless given. ``glitchlens train``, the sweeps and the pretrained
-    entries all build their configs here."""
+    the training length unless given (a task's own vocabulary and longest split: :func:`task_fields`).
+    ``glitchlens train``, the sweeps and the pretrained entries all build their configs here."""
     from interp.train import TrainConfig
     from models import ModelConfig
 
@@ -123,7 +134,8 @@ def run_configs(model: str, preset: str, recipe: str = DEFAULT_RECIPE, model_fie
     train_cfg = TrainConfig(**{**chosen.training, **(training or {})})
     recipe_model = model_overrides(chosen, model)
     attention_options = {**recipe_model.get("attention_options", {}), **model_fields.get("attention_options", {})}
-    model_cfg = ModelConfig.from_preset(model, preset, **{"n_ctx": train_cfg.seq_len, **recipe_model, **model_fields,
+    model_cfg = ModelConfig.from_preset(model, preset, **{"n_ctx": train_cfg.seq_len, **task_fields(train_cfg),
+                                                          **recipe_model, **model_fields,
                                                           "attention_options": attention_options})
     return model_cfg, train_cfg
 

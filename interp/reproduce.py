@@ -32,6 +32,7 @@ from typing import Any
 
 import pandas as pd
 
+from interp.outputs import new_file
 from interp.sweeps import run_all
 
 TABLE1_MODELS = ("nope", "ape", "rel", "rope", "label", "fot", "diff", "cope", "tra", "tda", "trela", "lstm")
@@ -137,13 +138,14 @@ def train_and_evaluate(run_dir: Path, run_configs: tuple, header: dict, eval_n: 
 
     result_file = run_dir / "result.json"
     if result_file.exists():
-        return json.loads(result_file.read_text())
+        return read_result(result_file)
     torch.set_num_threads(1)
     model_cfg, train_cfg = run_configs
     trained = train(model_cfg, train_cfg, run_dir, resume=True, progress=False, device=device)
     result = {**header, "learning_curve": learning_curve(run_dir), **evaluate(trained, train_cfg, eval_n)}
-    tmp = result_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2))
+    fd, tmp = new_file(run_dir, ".result.", ".tmp")   # never through a link planted at a fixed name
+    with os.fdopen(fd, "w") as file:
+        file.write(json.dumps(result, indent=2))
     os.replace(tmp, result_file)
     return result
 
@@ -158,12 +160,17 @@ def check_configs(models: tuple[str, ...], scale: Scale) -> None:
 def check_finished_at(out: Path, runs: dict[str, tuple], scale: Scale) -> None:
     """Refuse to go on with a sweep in ``out`` that holds finished runs of another scale (another
     ``--steps``, say): they would be read back as this sweep's own. Before any run starts."""
+    from interp.outputs import read_json
+
     wanted = asdict(scale)
     for name in runs:
         result_file = out / "runs" / name / "result.json"
         if not result_file.exists():
             continue
-        trained = json.loads(result_file.read_text()).get("scale") or {}
+        saved = read_json(result_file, "run result")
+        if not isinstance(saved, dict):
+            read_result(result_file)   # says what the file is not
+        trained = saved["scale"] if isinstance(saved.get("scale"), dict) else {}
         differs = ", ".join(f"{field} {trained.get(field)!r}, not {value!r}"
                             for field, value in wanted.items() if trained.get(field) != value)
         if differs:
@@ -205,7 +212,34 @@ def finished_runs(out: Path, models: tuple[str, ...], seeds: int) -> list[dict]:
     """The results of the runs of a sweep under ``out/runs`` that have finished, in ``models``
     order, then by seed."""
     files = [out / "runs" / run_name(model, seed) / "result.json" for model in models for seed in range(seeds)]
-    return [json.loads(f.read_text()) for f in files if f.exists()]
+    return [read_result(f) for f in files if f.exists()]
+
+
+def read_result(path: Path) -> dict:
+    """A finished run's ``result.json``, or a ValueError naming the file when it is not one (edited,
+    truncated, or another tool's): a ``model``, a ``seed`` and ``splits`` mapping each split to its numbers."""
+    from interp.outputs import read_json
+
+    result = read_json(path, "run result")
+    splits = result.get("splits") if isinstance(result, dict) else None
+    if (not isinstance(splits, dict) or not isinstance(result.get("model"), str)
+            or not isinstance(result.get("seed"), int) or not all(
+                isinstance(s, dict) and isinstance(s.get("sequence_accuracy"), (int, float)) for s in splits.values())):
+        raise ValueError(f"{path}: not the result of a finished run (a model, a seed, splits with their accuracies); "
+                         "delete it to run that run again")
+    return result
+
+
+def recipe_result(result: dict) -> dict:
+    """``result`` if it holds what a recipes row reads (the held-out accuracy, the learning curve),
+    else a ValueError naming the run: a result.json edited by hand, or of another sweep."""
+    held = result.get("held_out")
+    curve = result.get("learning_curve")
+    if (not isinstance(held, dict) or not isinstance(held.get("sequence_accuracy"), (int, float))
+            or not isinstance(curve, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in curve)):
+        raise ValueError(f"the result.json of run {result['model']}-seed{result['seed']} holds no held_out accuracy "
+                         "and learning curve: not a run of this sweep; delete it to run that run again")
+    return result
 
 
 def reproduce_table1(out: str | Path, scale: str | Scale = "cpu", seeds: int = 3, jobs: int = 2,
@@ -271,7 +305,7 @@ LEARNED = 0.99   # full-sequence accuracy that counts as learned (issue: >= 99%)
 
 def reproduce_recipes(out: str | Path, recipes: tuple[str, ...], models: tuple[str, ...], seeds: int = 3,
                       jobs: int = 2, scale: str | Scale = "cpu", ray_address: str | None = None,
-                      device: str = "cpu") -> pd.DataFrame:
+                      device: str = "cpu", train: bool = True) -> pd.DataFrame:
     """Which recipe learns: every (recipe, model, seed) at ``scale`` with that recipe, under
     ``out/<recipe>``; writes ``recipes.csv`` and ``recipes.md`` to ``out``. A seed has learned
     when its full-sequence accuracy on ``HELD_OUT_N`` held-out FFL(0.8) sequences of the
@@ -279,7 +313,8 @@ def reproduce_recipes(out: str | Path, recipes: tuple[str, ...], models: tuple[s
     ``iid`` split's accuracy is reported beside it, which at a shorter training length also
     measures extrapolation); its learning step is the first quick check at which all
     ``QUICK_EVAL_N`` iid sequences were right. Runs on ``device``, or on the Ray cluster at
-    ``ray_address`` if given."""
+    ``ray_address`` if given; ``train=False`` writes the report from the runs that have finished,
+    training nothing."""
     from dataclasses import replace
 
     scale = SCALES[scale] if isinstance(scale, str) else scale
@@ -288,12 +323,16 @@ def reproduce_recipes(out: str | Path, recipes: tuple[str, ...], models: tuple[s
         check_configs(models, replace(scale, recipe=recipe))
     rows = []
     for recipe in recipes:
-        for r in sweep(out / recipe, replace(scale, recipe=recipe), models, seeds, jobs, ray_address, device):
+        runs = (sweep(out / recipe, replace(scale, recipe=recipe), models, seeds, jobs, ray_address, device) if train
+                else finished_runs(out / recipe, models, seeds))
+        for r in map(recipe_result, runs):
             held = r["held_out"]["sequence_accuracy"]
             first = next((step for step, accuracy in r["learning_curve"] if accuracy >= 1.0), None)
             rows.append({"recipe": recipe, "model": r["model"], "seed": r["seed"], "held_out": held,
                          "iid": r["splits"]["iid"]["sequence_accuracy"], "learned": held >= LEARNED,
                          "first_perfect_check": first})
+    if not rows:
+        raise ValueError(f"no finished run under {out}/<recipe>/runs: run the sweep first (without --report-only)")
     frame = pd.DataFrame(rows)
     frame.to_csv(out / "recipes.csv", index=False)
     (out / "recipes.md").write_text(recipes_markdown(frame))

@@ -28,14 +28,15 @@ written here before its runs, so that no seed is chosen after seeing it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
-from interp.reproduce import LEARNED, QUICK_EVAL_N, SCALES, SPLIT_ORDER, flipflop_evaluation, train_and_evaluate
+from interp.reproduce import (LEARNED, QUICK_EVAL_N, SCALES, SPLIT_ORDER, flipflop_evaluation, read_result,
+                              train_and_evaluate)
+from interp.cope_tasks import cope_tasks_runs, cope_tasks_summary, cope_tasks_table, task_evaluation
 from interp.specimens import Specimen, app_a_sweep_run, tda_threshold_sweep_run
 from interp.sweeps import run_all
 
@@ -56,6 +57,17 @@ def app_a_runs() -> dict[str, Specimen]:
     sweep has the runs the shipped pair is chosen from."""
     return {f"{model}-T{seq_len}-seed{seed}": app_a_sweep_run(model, seq_len, seed)
             for seq_len in APP_A_LENGTHS for seed in APP_A_SEEDS for model in APP_A_MODELS}
+
+
+# "TRA is the only 2 x 1 model that generalises" (App. A): the same layout, recipe and seeds for the
+# other mechanisms of Table 1, at T = 512; judged by the claims table under the paper's perfection
+# rule (interp.claims).
+APP_A_EXTENDED_MODELS = ("nope", "ape", "rel", "rope", "label", "diff", "cope")
+
+
+def app_a_extended_runs() -> dict[str, Specimen]:
+    return {f"{model}-T512-seed{seed}": app_a_sweep_run(model, 512, seed)
+            for seed in APP_A_SEEDS for model in APP_A_EXTENDED_MODELS}
 
 
 # TDA with the threshold of the paper's regime (interp.specimens.tda_threshold_sweep_run)
@@ -147,12 +159,34 @@ def table1_budget_runs() -> dict[str, Specimen]:
             for steps in TABLE1_BUDGETS for model in TABLE1_BUDGET_MODELS}
 
 
-STUDIES = {"app-a": app_a_runs, "tda-threshold": tda_threshold_runs,
+# The flip-flop paper's R2 (App. B.2): a 1-layer LSTM, hidden 128 (models.config's skyline), at the
+# paper's recipe: AdamW (0.9, 0.999), lr 3e-4, weight decay 0.1, 50 warm-up steps, batch 16, 500
+# steps at T = 512 (the llama recipe; the paper decays the lr linearly, ours is cosine). The paper:
+# 0 o.o.d. errors on 100 of 100 runs.
+LSTM_R2_SEEDS = tuple(range(20))
+
+
+def lstm_r2_runs() -> dict[str, Specimen]:
+    return {f"lstm-r2-seed{seed}": Specimen("lstm", "tiny", {"seq_len": 512, "batch_size": 16, "steps": 500,
+                                                             "lr": 3e-4, "seed": seed}, "llama")
+            for seed in LSTM_R2_SEEDS}
+
+
+def r6_levers_runs() -> dict[str, Specimen]:
+    """The flip-flop paper's R6 lever with the largest effect on ``sparse`` (its Fig. 10): embedding
+    dropout 0.5 on rope-mech's set-up (``reproduce table1 --scale cpu``'s RoPE), seeds 0-4."""
+    cpu = SCALES["cpu"]
+    return {f"rope-embdrop0.5-seed{seed}": Specimen("rope", "tiny", cpu.training(seed), cpu.recipe,
+                                                     model_fields={"embedding_dropout": 0.5}) for seed in range(5)}
+
+
+STUDIES = {"app-a": app_a_runs, "app-a-extended": app_a_extended_runs, "tda-threshold": tda_threshold_runs,
            "tda-threshold-long": partial(tda_threshold_runs, 3000),
            "tda-threshold-4500": partial(tda_threshold_runs, 4500),
            "sharpening": sharpening_runs,
-           "mixture": mixture_runs, "table1-budget": table1_budget_runs}
-EVALUATIONS = {"sharpening": sharpening_evaluation}
+           "mixture": mixture_runs, "table1-budget": table1_budget_runs, "lstm-r2": lstm_r2_runs,
+           "r6-levers": r6_levers_runs, "cope-tasks": cope_tasks_runs}
+EVALUATIONS = {"sharpening": sharpening_evaluation, "cope-tasks": task_evaluation}
 
 
 def run_study_one(study: str, name: str, run: Specimen, out: str) -> dict:
@@ -176,11 +210,11 @@ def run_study(study: str, out: str | Path, jobs: int = 2, ray_address: str | Non
     (out / "runs").mkdir(parents=True, exist_ok=True)
     if train:
         run_all(run_study_one, {name: (study, name, run, str(out)) for name, run in runs.items()}, jobs, ray_address)
-    results = [json.loads(f.read_text()) for f in (out / "runs" / name / "result.json" for name in runs)
+    results = [read_result(f) for f in (out / "runs" / name / "result.json" for name in runs)
                if f.exists()]
     if not results:
         raise ValueError(f"no finished run under {out / 'runs'}: run the study first (without --report-only)")
-    frame = (sharpening_table if study == "sharpening" else run_table)(results)
+    frame = TABLES.get(study, run_table)(results)
     frame.to_csv(out / "runs.csv", index=False)
     (out / "summary.md").write_text(SUMMARIES[study](frame))
     return frame
@@ -296,7 +330,10 @@ def sharpening_summary(frame: pd.DataFrame) -> str:
             f"{SHARPNESS_N} sequences at T = 128).\n\n" + "\n".join(lines) + "\n")
 
 
-SUMMARIES = {"app-a": app_a_summary, "sharpening": sharpening_summary,
+TABLES = {"sharpening": sharpening_table, "cope-tasks": cope_tasks_table}
+SUMMARIES = {"app-a": app_a_summary, "sharpening": sharpening_summary, "cope-tasks": cope_tasks_summary,
+             "app-a-extended": accuracy_summary("The App. A layout (2 x 1 x 64, authors-notebook, 1000 steps at T = "
+                                                "512) for the other mechanisms of Table 1."),
              "tda-threshold": accuracy_summary("TDA trained with beta ramped from 0 to 1 at step 500-1000, then held. "
                                                f"The rule: {TDA_THRESHOLD_RULE}"),
              "tda-threshold-long": accuracy_summary("TDA trained with beta ramped from 0 to 1 at step 1000-2000, then "
@@ -304,4 +341,7 @@ SUMMARIES = {"app-a": app_a_summary, "sharpening": sharpening_summary,
              "tda-threshold-4500": accuracy_summary("TDA trained with beta ramped from 0 to 1 at step 1500-3000, then "
                                                     f"held to 4500. The rule: {TDA_THRESHOLD_RULE}"),
              "mixture": accuracy_summary("RoPE (rope-mech's set-up) trained on the FFL(0.8/0.98/0.1) mixture."),
-             "table1-budget": accuracy_summary("Table 1 models (cpu scale, seed 0) at 3000 and 10,000 steps.")}
+             "table1-budget": accuracy_summary("Table 1 models (cpu scale, seed 0) at 3000 and 10,000 steps."),
+             "r6-levers": accuracy_summary("RoPE (rope-mech's set-up) with embedding dropout 0.5."),
+             "lstm-r2": accuracy_summary("The flip-flop paper's R2: a 1-layer LSTM (hidden 128), 500 steps at lr "
+                                         "3e-4, batch 16, T = 512.")}

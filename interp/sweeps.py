@@ -15,10 +15,13 @@ cluster's head node through the Ray Client, from a machine outside the cluster.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
+import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
+from contextlib import closing, contextmanager, suppress
 
 from tqdm import tqdm
 
@@ -43,9 +46,10 @@ def run_all(function: Callable, runs: dict[str, tuple], jobs: int = 2, ray_addre
     order of ``runs``; raises :class:`SweepFailed` once every run has ended if any raised."""
     finished = _on_ray(function, runs, jobs, ray_address) if ray_address else _here(function, runs, jobs)
     results, failures = {}, {}
-    # ends of runs, not steps: the estimate of what is left is the mean time per run so far
-    with tqdm(total=len(runs), bar_format="{n_fmt}/{total_fmt} runs done [{elapsed} so far, {remaining} left]",
-              disable=not SHOW_PROGRESS) as progress:
+    # ends of runs, not steps: the estimate of what is left is the mean time per run so far;
+    # closing(): an interrupt here, between two runs' ends, still stops the workers before it goes on
+    bar_format = "{n_fmt}/{total_fmt} runs done [{elapsed} so far, {remaining} left]"
+    with closing(finished), tqdm(total=len(runs), bar_format=bar_format, disable=not SHOW_PROGRESS) as progress:
         for name, result, error in finished:
             if error is None:
                 results[name] = result
@@ -61,16 +65,30 @@ def run_all(function: Callable, runs: dict[str, tuple], jobs: int = 2, ray_addre
 Finished = Iterator[tuple[str, object, BaseException | None]]   # (name, result, error) as each run ends
 
 
+# How long the workers of an interrupted sweep have to save and stop before they are killed: a
+# step of the largest CPU scale and a save take seconds; a worker still busy after this is stuck.
+STOP_GRACE_S = 30.0
+
+
 def _here(function: Callable, runs: dict[str, tuple], jobs: int) -> Finished:
-    """The runs in ``jobs`` worker processes. Ctrl-C reaches the workers too (a terminal and
-    ``timeout -s INT`` signal the whole process group): each run it finds training saves its
-    checkpoint and stops (:func:`_run_in_worker`), no run starts after it, and the
-    KeyboardInterrupt goes on once every worker has stopped, so that nothing is still writing
-    when the command returns."""
+    """The runs in ``jobs`` worker processes. A stop signal to the sweep (Ctrl-C, SIGTERM or
+    SIGHUP, to it alone or to its process group) is forwarded to every worker as one SIGINT (the
+    workers run in process groups of their own, so a terminal's Ctrl-C reaches them only this
+    way): each run it finds training saves its checkpoint and stops (:func:`_run_in_worker`),
+    no run starts after it, and once every worker has stopped, or after :data:`STOP_GRACE_S`
+    seconds has been killed, the sweep raises KeyboardInterrupt, so that nothing is still
+    writing when the command returns. Further signals meanwhile change nothing."""
     # spawn, not fork: a forked child inherits the parent's OpenMP state, which can hang it
     context = multiprocessing.get_context("spawn")
     stopping = context.Event()
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_start_worker, initargs=(stopping,))
+
+    def stop(signum, frame):
+        if not stopping.is_set():
+            stopping.set()
+            raise KeyboardInterrupt
+
+    previous, futures = _install(stop), {}
     try:
         futures = {pool.submit(_run_in_worker, function, *args): name for name, args in runs.items()}
         for future in as_completed(futures):
@@ -79,7 +97,41 @@ def _here(function: Callable, runs: dict[str, tuple], jobs: int) -> Finished:
     finally:
         # the pool hands a waiting run to each worker ahead of time, out of reach of cancel_futures
         stopping.set()
-        pool.shutdown(wait=True, cancel_futures=True)
+        if not all(future.done() for future in futures):   # a stop (or an error here): the runs save and stop
+            for pid in _worker_pids(pool):
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGINT)
+        _stop_pool(pool, STOP_GRACE_S)
+        _install(previous)
+
+
+def _install(handler) -> dict:
+    """``handler`` (one, or a dict by signal) for the stop signals; returns the ones replaced
+    (none outside the main thread, where signals cannot be handled)."""
+    from interp.train_setup import STOP_SIGNALS
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    handlers = handler if isinstance(handler, dict) else dict.fromkeys(STOP_SIGNALS, handler)
+    # None: a handler that was not set from Python, which cannot be put back
+    return {signum: signal.signal(signum, new) for signum, new in handlers.items() if new is not None}
+
+
+def _worker_pids(pool: ProcessPoolExecutor) -> list[int]:
+    return list(pool._processes or {})   # the executor keeps its processes by pid, with no public accessor
+
+
+def _stop_pool(pool: ProcessPoolExecutor, grace_s: float) -> None:
+    """Shut the pool down: no run starts any more, the runs in progress have ``grace_s`` seconds
+    to end (an interrupted one saves its checkpoint), then the workers still alive are killed."""
+    processes = list((pool._processes or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+    pool.shutdown(wait=True)
 
 
 _stopping = None   # in a worker: the sweep's event, set once no run may start
@@ -90,6 +142,7 @@ def _start_worker(stopping) -> None:
     die, and its pool with it (leaving semaphores for the resource tracker to complain about)."""
     global _stopping
     _stopping = stopping
+    os.setpgrp()   # out of the terminal's process group: the sweep forwards one SIGINT itself
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

@@ -1,6 +1,7 @@
 """Training on flip-flop tasks: AdamW, linear warm-up then cosine decay, gradient clipping,
 optional attention-sharpening regularisers (flip-flop paper Sec. 5.2), periodic
-evaluation, checkpoints, exact resume, and Ctrl-C that saves before exiting.
+evaluation, checkpoints, exact resume, and Ctrl-C (or SIGTERM, SIGHUP) that saves before
+exiting; one run per output directory at a time (a lock file, :func:`interp.train_setup.output_lock`).
 
 Determinism: the batch of step ``s`` is a pure function of ``(seed, s)`` and the torch
 RNG (dropout, Label positions) is re-seeded from ``(seed, s)`` at every step, so a run
@@ -15,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,11 +28,15 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 import models
-from interp.evaluate import evaluate_splits
-from interp.tasks import CANONICAL_SEQ_LEN
+from interp.evaluate import evaluate_splits, task_vocab
+from interp.outputs import check_free, new_file, open_append
+from interp.outputs import record as record_written
+from interp.outputs import writable_dir
+from interp.tasks import CANONICAL_SEQ_LEN, get_task
 from interp.train_setup import (
     BatchSource, GracefulInterrupt, TrainConfig, TrainingDiverged, TrainingInterrupted, beta_at,
-    deterministic_algorithms, freeze_betas, load_optimizer_state, make_optimizer, optimizer_state_tensors, prepare_output, reuse_freed_memory, saved_configs,
+    checked_training_state, deterministic_algorithms, freeze_betas, load_optimizer_state, make_optimizer,
+    optimizer_state_tensors, output_lock, prepare_output, reuse_freed_memory, saved_configs,
     sharpening_penalty,
 )
 from models import ModelConfig
@@ -80,8 +87,19 @@ def train(
         raise ValueError(f"until must be a step from 1 to the run's {cfg.steps} steps, got {until}")
     if cfg.regulariser != "none" and model_cfg.attention is None:
         raise ValueError("attention-sharpening regularisers need an attention model, not the LSTM")
+    if task_vocab(cfg.task) > model_cfg.d_vocab:   # a checkpoint's task always fits its vocabulary
+        raise ValueError(f"the {cfg.task} task has {task_vocab(cfg.task)} tokens; the model's vocabulary has only "
+                         f"{model_cfg.d_vocab} (d_vocab)")
     reuse_freed_memory()
     batches = BatchSource(cfg)
+    with output_lock(writable_dir(out), " ".join(sys.argv)):  # one writer per --out
+        return _train_locked(model_cfg, cfg, out, resume, progress, metadata, overwrite, device, stop, batches)
+
+
+def _train_locked(model_cfg: ModelConfig, cfg: TrainConfig, out: Path, resume: bool, progress: bool,
+                  metadata: dict[str, Any] | None, overwrite: bool, device: str | torch.device, stop: int,
+                  batches: BatchSource) -> torch.nn.Module:
+    """:func:`train`'s run, once it holds ``out``."""
     saved = prepare_output(out, resume, overwrite)
     if saved is not None and saved["training"]["step"] > cfg.steps:
         raise ValueError(f"{out}: its checkpoint is at step {saved['training']['step']}, past --steps {cfg.steps}: "
@@ -94,28 +112,34 @@ def train(
     if saved is not None:
         saved_model, saved_train = saved_configs(saved)
         if saved_model != model_cfg:
-            raise ValueError(f"{out}: cannot resume, the model config differs from the checkpoint's")
+            fields = [f"{k} {v!r} (checkpoint: {saved_model.to_dict().get(k)!r})"
+                      for k, v in model_cfg.to_dict().items() if saved_model.to_dict().get(k) != v]
+            raise ValueError(f"{out}: cannot resume, the model config differs from the checkpoint's: "
+                             f"{'; '.join(fields)} (`glitchlens train --out DIR --resume` alone takes its own)")
         if saved_train != cfg.semantic_dict():
             diff = {k: (saved_train.get(k), v) for k, v in cfg.semantic_dict().items() if saved_train.get(k) != v}
             raise ValueError(f"{out}: cannot resume, training options differ from the checkpoint's: {diff}")
         model = models.load(out, device=device)
         betas = freeze_betas(model, cfg)
         optimizer = make_optimizer(model, cfg)
-        load_optimizer_state(optimizer, models.checkpoint.load_training_state(out))
         start = saved["training"]["step"]
+        load_optimizer_state(optimizer, checked_training_state(out, start))
         if start > stop:
             raise ValueError(f"{out}: its checkpoint is at step {start}, past until={stop}")
-    if cfg.task == "flipflop":
+    if cfg.task != "automaton":
         try:  # one sequence per split now, rather than a failure after all the training
-            quick_eval(model, 1)
+            quick_eval(model, 1, cfg.task)
         except ValueError as err:
-            raise ValueError(f"the evaluation on the canonical splits (T = {CANONICAL_SEQ_LEN}) would fail after "
-                             f"training: {err} (--n-ctx {CANONICAL_SEQ_LEN} sizes the model for them)") from None
+            longest = CANONICAL_SEQ_LEN if cfg.task == "flipflop" else get_task(cfg.task).n_ctx
+            raise ValueError(f"the evaluation on the canonical splits (T = {longest}) would fail after "
+                             f"training: {err} (--n-ctx {longest} sizes the model for them)") from None
     model.train()
 
     log_file = out / "log.jsonl"
     history: list[dict[str, Any]] = []
     kept_step = start if saved is not None else None
+
+    interrupt = GracefulInterrupt()
 
     def checkpoint(step: int, evaluation: dict | None = None) -> Path:
         nonlocal kept_step
@@ -124,8 +148,9 @@ def train(
             raise TrainingDiverged(step, f"parameter {non_finite[0]}", out, kept_step)
         training = {"config": dataclasses.asdict(cfg), "step": step}
         meta = {**(metadata or {}), **({"evaluation": evaluation} if evaluation else {})}
-        path = models.save(out, model, training=training,
-                           training_state=optimizer_state_tensors(optimizer), metadata=meta)
+        with interrupt.shielded():   # a signal during the save waits for its end
+            path = models.save(out, model, training=training,
+                               training_state=optimizer_state_tensors(optimizer), metadata=meta)
         kept_step = step
         return path
 
@@ -136,12 +161,17 @@ def train(
                      for layer in range(model_cfg.n_layers)]
     max_grad_norm = math.inf if cfg.grad_clip is None else cfg.grad_clip
     if saved is None:  # all checks passed: a fresh run starts a fresh log, never mixed with a replaced run's
+        check_free(out, [log_file.name], overwrite)   # a log.jsonl of the user's is never deleted unasked
         log_file.unlink(missing_ok=True)
+        open_append(log_file).close()   # there from the start, for `tail -f`
+        record_written(out, [log_file.name])
+    else:  # steps logged after the checkpoint (the process was killed) are run and logged again
+        _trim_log(log_file, start)
 
     bar = tqdm(range(start, stop), initial=start, total=cfg.steps, disable=not progress,
                desc=f"train {model_cfg.model}", dynamic_ncols=True)
     t0 = time.time()
-    with (GracefulInterrupt() as interrupt, model.hooks(fwd_hooks=reg_hooks),
+    with (interrupt, model.hooks(fwd_hooks=reg_hooks),
           deterministic_algorithms(next(model.parameters()).device)):
         for step in bar:
             torch.manual_seed(step_seed(cfg.seed, step))
@@ -173,16 +203,18 @@ def train(
             optimizer.step()
 
             bar.set_postfix(loss=f"{record['loss']:.4f}")
-            if cfg.task == "flipflop" and cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps:
-                record["eval"] = quick_eval(model, cfg.eval_n)
+            if cfg.task != "automaton" and cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps:
+                record["eval"] = quick_eval(model, cfg.eval_n, cfg.task)
                 bar.write(f"step {done}: " + format_quick_eval(record["eval"]))
             history.append(record)
+            _append_log(log_file, history)   # every step, so that `tail -f log.jsonl` follows the run
             if cfg.checkpoint_every and done % cfg.checkpoint_every == 0:
                 _append_log(log_file, history)
                 checkpoint(done)
             if interrupt.requested:
+                interrupt.stopping()
                 _append_log(log_file, history)
-                raise TrainingInterrupted(done, checkpoint(done))
+                raise TrainingInterrupted(done, checkpoint(done), signum=interrupt.signum)
     bar.close()
     _append_log(log_file, history)
     if stop < cfg.steps:
@@ -191,9 +223,9 @@ def train(
         return model.eval()
     # Saved before the final evaluation, so that a Ctrl-C during it loses only the evaluation.
     path = checkpoint(cfg.steps)
-    if cfg.task == "flipflop":
+    if cfg.task != "automaton":
         try:
-            final_eval = quick_eval(model, cfg.eval_n)
+            final_eval = quick_eval(model, cfg.eval_n, cfg.task, progress)
         except KeyboardInterrupt:
             raise TrainingInterrupted(cfg.steps, path, during="during the final evaluation, after step") from None
         _append_log(log_file, [{"step": cfg.steps, "eval": final_eval}])
@@ -201,10 +233,11 @@ def train(
     return model.eval()
 
 
-def quick_eval(model, n: int) -> dict[str, dict]:
-    """Read error rate and sequence accuracy on the first ``n`` sequences of each split."""
+def quick_eval(model, n: int, task: str = "flipflop", progress: bool = False) -> dict[str, dict]:
+    """Read (answer) error rate and sequence accuracy on the first ``n`` sequences of each of the
+    task's canonical splits (``progress``: a bar on stderr)."""
     model.eval()
-    results = {name: r.to_dict() for name, r in evaluate_splits(model, n=n).items()}
+    results = {name: r.to_dict() for name, r in evaluate_splits(model, n=n, task=task, progress=progress).items()}
     model.train()
     return results
 
@@ -214,8 +247,32 @@ def format_quick_eval(results: dict[str, dict]) -> str:
                      for name, r in results.items())
 
 
+def _trim_log(path: Path, step: int) -> None:
+    """Drop the records of ``path`` past ``step`` (rewritten atomically; a link is refused)."""
+    if not os.path.lexists(path):
+        return
+    with open_append(path):   # refuses a symbolic link before anything is read
+        pass
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if _logged_step(line) <= step]
+    if len(kept) < len(lines):
+        fd, tmp = new_file(path.parent, f".{path.name}.")   # a fresh file, never a link
+        with os.fdopen(fd, "w") as f:
+            f.write("".join(kept))
+        os.replace(tmp, path)
+
+
+def _logged_step(line: str) -> int:
+    try:
+        return int(json.loads(line).get("step", 0))
+    except (ValueError, TypeError, AttributeError):
+        return 0
+
+
 def _append_log(path: Path, history: list[dict[str, Any]]) -> None:
-    with open(path, "a") as f:
+    if not history:
+        return
+    with open_append(path) as f:
         for record in history:
             f.write(json.dumps(record) + "\n")
     history.clear()

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import json
+import os
 import signal
+import socket
+import tempfile
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +24,7 @@ import torch
 import models
 from interp.metrics.attention import effective_entropy, l1_normalised
 from interp.outputs import writable_dir
-from interp.tasks import check_draw_size, read_mask, sample_automaton, train_batch
+from interp.tasks import SPLITS, check_draw_size, get_task, read_mask, sample_automaton, train_batch
 from models import ModelConfig
 from models.config import check_int, check_known_fields, is_finite_number
 
@@ -39,7 +44,7 @@ class TrainConfig:
     grad_clip: float | None = 1.0  # max global gradient norm; None: no clipping (the TRA authors' code)
     seq_len: int = 512
     loss: str = "clean"            # "clean": only the bit after each r; "generative": every next token
-    task: str = "flipflop"         # "flipflop" | "automaton"
+    task: str = "flipflop"         # a registered task (interp.tasks.task_names()): flipflop, automaton, counting, ...
     mixture: bool = False          # long-tailed mixture: uniform over FFL(0.8), FFL(0.98), FFL(0.1)
     p_bottom: float = 0.5          # automaton task: probability of the no-op input
     regulariser: str = "none"      # attention sharpening: "entropy" | "l2" (neg. L2) | "linf" (neg. L-inf)
@@ -60,8 +65,7 @@ class TrainConfig:
     def __post_init__(self):
         if self.loss not in ("clean", "generative"):
             raise ValueError(f"loss must be 'clean' or 'generative', got {self.loss!r}")
-        if self.task not in ("flipflop", "automaton"):
-            raise ValueError(f"task must be 'flipflop' or 'automaton', got {self.task!r}")
+        task = get_task(self.task)   # a one-line error naming the registered tasks
         if self.beta_schedule not in BETA_SCHEDULES:
             raise ValueError(f"beta_schedule must be one of {BETA_SCHEDULES}, got {self.beta_schedule!r}")
         if self.beta_schedule == "ramp" and not 0 <= self.beta_ramp_start < self.beta_ramp_end <= self.steps:
@@ -90,8 +94,14 @@ class TrainConfig:
         if self.task == "flipflop" and (self.seq_len < 4 or self.seq_len % 2):
             raise ValueError(f"seq_len {self.seq_len}: flip-flop sequences are an even number >= 4 of tokens")
         check_draw_size(self.batch_size, self.seq_len, "sequences per batch (batch_size)")
-        if self.task == "automaton" and (self.data_file is not None or self.mixture):
-            raise ValueError("the automaton task samples its own inputs: it takes neither a data file nor mixture")
+        if self.task not in ("flipflop", "automaton"):
+            task.sample(1, self.seq_len, 0, **task.train_params)   # a length the task cannot make is refused now
+        largest = max(split.size for split in SPLITS.values())
+        if self.task == "flipflop" and self.eval_n > largest:   # more would evaluate the same sequences, slowly
+            raise ValueError(f"eval_n {self.eval_n:,}: the canonical splits hold at most {largest:,} sequences")
+        if self.task != "flipflop" and (self.data_file is not None or self.mixture):
+            raise ValueError(f"the {self.task} task samples its own inputs: it takes neither a data file nor mixture "
+                             "(both are flip-flop's)")
         if self.mixture and self.data_file is not None:
             raise ValueError("mixture samples fresh sequences and a data file replaces sampling: choose one")
 
@@ -135,6 +145,12 @@ class BatchSource:
             inputs, states = sample_automaton(cfg.batch_size, cfg.seq_len, cfg.p_bottom, rng=[cfg.seed, step])
             x, y = torch.from_numpy(inputs.astype(np.int64)), torch.from_numpy(states.astype(np.int64))
             return x, y, torch.ones_like(x, dtype=torch.bool)
+        if cfg.task != "flipflop":
+            task = get_task(cfg.task)
+            x, y, scored = (torch.from_numpy(np.ascontiguousarray(a)) for a in
+                            task.model_io(task.train_batch(cfg.batch_size, step, cfg.seed, cfg.seq_len)))
+            scored = torch.ones_like(scored) if cfg.loss == "generative" else scored
+            return x.long(), y.long(), scored
         if self.file_tokens is not None:
             rows = (step * cfg.batch_size + np.arange(cfg.batch_size)) % len(self.file_tokens)
             tokens = self.file_tokens[rows]
@@ -195,6 +211,24 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, tensors: dict[str, to
     optimizer.load_state_dict({"state": state, "param_groups": optimizer.state_dict()["param_groups"]})
 
 
+def checked_training_state(out: Path, step: int) -> dict[str, torch.Tensor]:
+    """The optimiser state saved in ``out``, after checking that it belongs to ``step``: AdamW
+    counts its updates per parameter (``<index>.step``), and every parameter is updated at every
+    step, so each count must equal the checkpoint's step. A hand-edited step would otherwise
+    resume the later optimiser state at an earlier point of the schedule (the learning rate and
+    the beta ramp are functions of the step and of the training config, which the resume has
+    checked already)."""
+    state = models.checkpoint.load_training_state(out)
+    counts = {name: value for name, value in state.items() if name.endswith(".step")}
+    wrong = sorted({float(v) for v in counts.values()} - {float(step)}) or (step > 0 and not counts)
+    if wrong:
+        found = ", ".join(f"{v:g}" for v in wrong) if isinstance(wrong, list) else "none"
+        raise ValueError(f"{out}: cannot resume: the checkpoint is at step {step} but its optimiser state has "
+                         f"counted {found} updates (the step or the state was edited, or they come from different "
+                         "saves): restore the checkpoint, or start again with --overwrite")
+    return state
+
+
 def sharpening_penalty(patterns: list[torch.Tensor], kind: str) -> torch.Tensor:
     """Mean over layers, heads and queries of a sparsity-promoting term of the attention
     weights (flip-flop paper Sec. 5.2): entropy H(a) (the diagnostics' effective entropy), or
@@ -230,37 +264,128 @@ def prepare_output(out: Path, resume: bool, overwrite: bool) -> dict[str, Any] |
     return None
 
 
+# The signals that stop a run cleanly: Ctrl-C, ``kill`` and a closed terminal or ssh session
+# (SIGHUP is treated as SIGTERM: a run nobody watches any more saves and stops).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 class GracefulInterrupt:
-    """Turns the first Ctrl-C into a flag checked between steps (so the checkpoint is
-    never taken mid-update); a second Ctrl-C interrupts at once."""
+    """Turns the first stop signal (:data:`STOP_SIGNALS`) into a flag checked between steps (so
+    the checkpoint is never taken mid-update); a second one interrupts at once, except during
+    :meth:`shielded` (a checkpoint being saved), where signals wait until the save is done, and
+    after :meth:`stopping`, where they are ignored: a storm of Ctrl-C never cuts a save short."""
 
     def __init__(self):
         self.requested = False
+        self.signum = signal.SIGINT   # the first stop signal received
+        self.leaving = False
+        self.previous: dict = {}      # the handlers replaced, while inside the block
 
     def __enter__(self):
         try:
-            self.previous = signal.signal(signal.SIGINT, self._handle)
+            self.previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
         except ValueError:  # not the main thread: leave signals alone
-            self.previous = None
+            self.previous = {}
         return self
 
     def _handle(self, signum, frame):
+        if self.leaving:
+            return
         if self.requested:
             raise KeyboardInterrupt
-        self.requested = True
+        self.requested, self.signum = True, signum
+
+    @contextmanager
+    def shielded(self):
+        """The stop signals held back (blocked, then delivered) for the block."""
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS) if self.previous else None
+        try:
+            yield
+        finally:
+            if held is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    def stopping(self) -> None:
+        """The run saves and stops now: further stop signals change nothing."""
+        self.leaving = True
 
     def __exit__(self, *exc):
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
 
 
 class TrainingInterrupted(Exception):
-    def __init__(self, step: int, path: Path, during: str = "after step"):
-        self.step, self.path, self.during = step, path, during
-        super().__init__(f"interrupted {during} {step}; checkpoint saved to {path} (resume with --resume)")
+    def __init__(self, step: int, path: Path, during: str = "after step", signum: int = signal.SIGINT):
+        self.step, self.path, self.during, self.signum = step, path, during, int(signum)
+        name = signal.Signals(self.signum).name
+        super().__init__(f"interrupted ({name}) {during} {step}; checkpoint saved to {path} (resume with --resume)")
 
     def __reduce__(self):  # a sweep's worker sends it to the parent pickled
-        return type(self), (self.step, self.path, self.during)
+        return type(self), (self.step, self.path, self.during, self.signum)
+
+
+LOCK_FILE = ".glitchlens.lock"
+
+
+@contextmanager
+def output_lock(out: Path, command: str = "glitchlens"):
+    """Hold ``out`` for one writer for the block: a lock file (:data:`LOCK_FILE`) created
+    atomically and exclusively, holding this process's pid, host, command and start time. A second writer is
+    refused with a ValueError naming the first. A lock whose pid is dead on this host is stale
+    (a writer killed with kill -9) and taken over; one from another host is never guessed
+    stale: remove it by hand once that run is gone."""
+    lock = Path(out) / LOCK_FILE
+    mine = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    # written whole beside it, then linked to the lock's name: link(2) fails if the name exists, like
+    # O_EXCL, and a reader never finds a lock without its record
+    fd, tmp = tempfile.mkstemp(prefix=f"{LOCK_FILE}.", dir=out)
+    with os.fdopen(fd, "w") as f:
+        json.dump(mine, f)
+    try:
+        for _ in range(2):   # a stale lock is removed once, then taken
+            try:
+                os.link(tmp, lock)
+                break
+            except FileExistsError:
+                holder = _lock_holder(lock)
+                if holder is not None and not _stale(holder):
+                    raise ValueError(f"{out} is being written by another run: pid {holder.get('pid')} on "
+                                     f"{holder.get('host')}, started {holder.get('started')} "
+                                     f"({holder.get('command')}); wait for it, or remove {lock} if it is "
+                                     "gone") from None
+                lock.unlink(missing_ok=True)
+        else:
+            raise ValueError(f"{out}: could not take its lock file {lock}; remove it if no run is writing there")
+    finally:
+        os.unlink(tmp)
+    try:
+        yield
+    finally:
+        if _lock_holder(lock) == mine:   # never another writer's lock
+            lock.unlink(missing_ok=True)
+
+
+def _lock_holder(lock: Path) -> dict | None:
+    """The lock's record; None when it is not one (then it is stale)."""
+    try:
+        holder = json.loads(lock.read_text())
+    except (OSError, ValueError):
+        return None
+    return holder if isinstance(holder, dict) else None
+
+
+def _stale(holder: dict) -> bool:
+    pid = holder.get("pid")
+    if holder.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:   # alive, another user's
+        return False
+    return False
 
 
 class TrainingDiverged(RuntimeError):

@@ -13,8 +13,10 @@ work runs 2-3x faster on the core and lifts the evaluation over half the rooflin
 The library is compiled on first use with the system's C compiler (``$CC``, default ``cc``;
 ``-O3 -march=native -ffast-math``) into ``$GLITCHLENS_CACHE`` (default
 ``~/.cache/glitchlens``), keyed by the source, the flags, the compiler and the CPU, and
-written atomically. Without a compiler, or with ``GLITCHLENS_NATIVE=0``, :func:`library` is
-None and the callers run their PyTorch paths (one warning says why). The object is compiled
+written atomically. It is loaded from there only when the cache is private (owned by the user,
+writable by no one else); otherwise it is compiled afresh for the process (:func:`library`).
+Without a compiler, or with ``GLITCHLENS_NATIVE=0``, :func:`library` is None and the callers
+run their PyTorch paths (one warning says why). The object is compiled
 with ``-ffast-math`` but linked without it, so that loading the library does not switch the
 process to flush-to-zero arithmetic (which ``-ffast-math`` at link time would).
 
@@ -32,6 +34,7 @@ import functools
 import hashlib
 import os
 import platform
+import stat
 import subprocess
 import tempfile
 import threading
@@ -82,20 +85,49 @@ def _compile(compiler: str, target: Path) -> None:
         os.replace(shared, target)
 
 
+def private(path: Path) -> bool:
+    """Whether only this user can have written ``path``: owned by them and writable by no one
+    else (as ssh asks of its keys). A library loaded from anywhere else could be anyone's code."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return (not stat.S_ISLNK(info.st_mode) and info.st_uid == os.geteuid()
+            and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def library_name(compiler: str) -> str:
+    """The cached library's file name: a digest of the source, the flags, the compiler and the CPU."""
+    key = hashlib.sha256("\n".join([SOURCE.read_text(), *COMPILE_FLAGS, compiler, _cpu_identity()]).encode())
+    return f"native-{key.hexdigest()[:16]}.so"
+
+
 @functools.cache
 def library() -> ctypes.CDLL | None:
-    """The compiled kernels (built on first use), or None where they cannot be (warned once)."""
+    """The compiled kernels (built on first use), or None where they cannot be (warned once).
+
+    A cached library is loaded only from a private cache (:func:`private`: the directory and
+    the file owned by this user and writable by no one else). Otherwise, a shared or
+    group-writable ``$GLITCHLENS_CACHE`` say, the kernels are compiled afresh into a private
+    temporary directory (mode 0700: only this process's own output can be there) and loaded
+    from there, so that a library planted in the cache is never dlopen'ed."""
     if os.environ.get("GLITCHLENS_NATIVE", "1") == "0":
         return None
     compiler = os.environ.get("CC", "cc")
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), *COMPILE_FLAGS, compiler, _cpu_identity()]).encode())
-    target = cache_dir() / f"native-{key.hexdigest()[:16]}.so"
+    name = library_name(compiler)
     try:
         with _build_lock:
-            if not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                _compile(compiler, target)
-        lib = ctypes.CDLL(str(target))
+            cache = cache_dir()
+            with contextlib.suppress(OSError):
+                cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if private(cache) and (not os.path.lexists(cache / name) or private(cache / name)):
+                if not (cache / name).exists():
+                    _compile(compiler, cache / name)
+                lib = ctypes.CDLL(str(cache / name))
+            else:
+                with tempfile.TemporaryDirectory(prefix="glitchlens-native-") as own:   # mode 0700
+                    _compile(compiler, Path(own) / name)
+                    lib = ctypes.CDLL(str(Path(own) / name))
     except (OSError, RuntimeError) as error:
         warnings.warn(f"the native CPU kernels could not be built ({error}); evaluation runs the PyTorch "
                       "paths instead, 1.3-2x slower. Install a C compiler or set $CC to one "

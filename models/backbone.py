@@ -167,13 +167,14 @@ def init_weights_like_torch(model: nn.Module) -> None:
 
 def stacked_over_layers(sublayer: str, name: str, shape: str) -> property:
     """A read-only property ``[n_layers, *shape]`` stacking every block's ``<sublayer>.<name>``,
-    as TransformerLens's ``model.W_Q`` and the like. Of the biases only the two that write to
-    the residual stream (``b_O``, ``b_out``, both ``[d_model]``) are stacked; without
-    ``linear_bias`` they stack as zeros, which is what an absent bias adds."""
+    as TransformerLens's ``model.W_Q`` and the like. A bias the block does not have (every bias
+    without ``linear_bias``; the attention's ``b_Q``, ``b_K``, ``b_V`` always) stacks as zeros of
+    its shape, which is what an absent bias adds."""
 
     def stack(model: "GlitchLensTransformer") -> torch.Tensor:
-        per_layer = [getattr(getattr(block, sublayer), name) for block in model.blocks]
-        return torch.stack([model.W_E.new_zeros(model.cfg.d_model) if p is None else p for p in per_layer])
+        absent = model.W_E.new_zeros(tuple(getattr(model.cfg, size) for size in shape.split(", ")))
+        per_layer = [getattr(getattr(block, sublayer), name, None) for block in model.blocks]
+        return torch.stack([absent if p is None else p for p in per_layer])
 
     return property(stack, doc=f"``[n_layers, {shape}]``: every block's ``{sublayer}.{name}``.")
 
@@ -196,6 +197,10 @@ class GlitchLensTransformer(HookedModelMixin, HookedRootModule):
             rows = cfg.n_ctx if cfg.pos_embed == "learned" else cfg.label_range
             self.W_pos = nn.Parameter(torch.randn(rows, cfg.d_model) * 0.02)
             self.hook_pos_embed = HookPoint()
+        else:
+            # TransformerLens code reads model.W_pos; where nothing is added to the stream by
+            # position it is the zero table, what an absent embedding adds (not saved)
+            self.register_buffer("W_pos", torch.zeros(cfg.n_ctx, cfg.d_model), persistent=False)
         self.embed_dropout = nn.Dropout(cfg.dropout if cfg.embedding_dropout is None else cfg.embedding_dropout)
         self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layers))
         self.ln_final = RMSNorm(cfg.d_model)
@@ -208,9 +213,13 @@ class GlitchLensTransformer(HookedModelMixin, HookedRootModule):
     W_K = stacked_over_layers("attn", "W_K", "n_heads, d_model, d_head")
     W_V = stacked_over_layers("attn", "W_V", "n_heads, d_model, d_head")
     W_O = stacked_over_layers("attn", "W_O", "n_heads, d_head, d_model")
+    b_Q = stacked_over_layers("attn", "b_Q", "n_heads, d_head")
+    b_K = stacked_over_layers("attn", "b_K", "n_heads, d_head")
+    b_V = stacked_over_layers("attn", "b_V", "n_heads, d_head")
     b_O = stacked_over_layers("attn", "b_O", "d_model")
     W_gate = stacked_over_layers("mlp", "W_gate", "d_model, d_mlp")
     W_in = stacked_over_layers("mlp", "W_in", "d_model, d_mlp")
+    b_in = stacked_over_layers("mlp", "b_in", "d_mlp")
     W_out = stacked_over_layers("mlp", "W_out", "d_mlp, d_model")
     b_out = stacked_over_layers("mlp", "b_out", "d_model")
 

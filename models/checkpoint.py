@@ -19,21 +19,26 @@ training log, notes, a report) is moved or deleted. One writer per directory at 
 
 and, for a mechanism of one's own (``models.mechanisms``), ``"mechanism": {"name": ..., "class":
 "MODULE:CLASS"}``: reading the tensors where that name is not registered is an error saying how
-to register it; the class is never imported from here.
+to register it, and so is a name registered here under another class (naming both); the class is
+never imported from here.
 
 Each tensor file of version 3 records, in its safetensors header (``__metadata__``), what wrote
 it: ``role`` (``model`` or ``training_state``), ``architecture`` (the model name and every
 config field that shapes the network, as JSON) and ``sha256``, a digest of its tensors (names,
-dtypes, shapes and bytes; :func:`tensor_digest`). Loading refuses a file whose digest differs
-(damaged data) or whose architecture is not the one ``config.json`` describes (one model's
-weights beside another's config), naming both sides. The tensors themselves are what version 2
+dtypes, shapes and bytes; :func:`tensor_digest`), and, for a training run, ``task``, the task it
+trained on. Loading refuses a file whose digest differs
+(damaged data), whose architecture is not the one ``config.json`` describes (one model's
+weights beside another's config), or whose task is not the one ``config.json`` records (an
+edited ``task``), naming both sides. The tensors themselves are what version 2
 wrote. A version-3 ``config.json`` holds every model-config field; one missing was removed by
 hand and is an error naming it.
 
 Versions 1 (no ``files``; fixed names ``model.safetensors`` and ``training_state.safetensors``)
 and 2 are still read, without the record (they have none), their missing model-config fields at
 the defaults, which are what the code that wrote them did; the next save replaces them with
-version 3.
+version 3. A tensor file that has a record is checked against it whatever ``format_version``
+says (a version edited down never skips the checksum), and a version that is not one of these
+integers (``true``, ``"3"``, 4) is refused.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as dump_safetensors
 
 from models.config import ModelConfig
-from models.mechanisms import checkpoint_record, find_mechanism, missing_from_checkpoint
+from models.mechanisms import checkpoint_record, find_mechanism, missing_from_checkpoint, registered_class_mismatch
 
 FORMAT = "glitchlens-checkpoint"
 FORMAT_VERSION = 3
@@ -125,10 +130,10 @@ def architecture(cfg: ModelConfig) -> dict[str, Any]:
     return {name: getattr(cfg, name) for name in ARCHITECTURE_FIELDS}
 
 
-def _tensor_bytes(tensors: dict[str, torch.Tensor], role: str, cfg: ModelConfig) -> bytes:
+def _tensor_bytes(tensors: dict[str, torch.Tensor], role: str, cfg: ModelConfig, task: str | None) -> bytes:
     tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
     record = {"format": FORMAT, "role": role, "architecture": json.dumps(architecture(cfg), sort_keys=True),
-              "sha256": tensor_digest(tensors)}
+              "sha256": tensor_digest(tensors), **({"task": task} if task else {})}
     return dump_safetensors(tensors, metadata=record)
 
 
@@ -167,9 +172,10 @@ def save(
     tmp_config = path / f".{CONFIG_FILE}.{tag}.tmp"
     written = [path / name for name in files.values()] + [tmp_config]
     try:
-        _write_synced(path / files[MODEL], _tensor_bytes(model.state_dict(), MODEL, model.cfg))
+        _write_synced(path / files[MODEL], _tensor_bytes(model.state_dict(), MODEL, model.cfg, trained_task(config)))
         if training_state is not None:
-            _write_synced(path / files[TRAINING_STATE], _tensor_bytes(training_state, TRAINING_STATE, model.cfg))
+            _write_synced(path / files[TRAINING_STATE],
+                          _tensor_bytes(training_state, TRAINING_STATE, model.cfg, trained_task(config)))
         _write_synced(tmp_config, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode())
         os.replace(tmp_config, path / CONFIG_FILE)  # the switch: one atomic rename
     except BaseException as err:
@@ -235,7 +241,8 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise CheckpointError(f"{config_file}: not a GlitchLens config (missing \"format\": \"{FORMAT}\"); "
                               "the directory belongs to another tool")
-    if config.get("format_version") not in READABLE_VERSIONS:
+    version = config.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version not in READABLE_VERSIONS:
         raise CheckpointError(f"{config_file}: format version {config.get('format_version')} is not supported "
                               f"(this GlitchLens reads versions {', '.join(map(str, READABLE_VERSIONS))})")
     training = config.get("training")
@@ -270,8 +277,9 @@ def _looks_pickled(head: bytes) -> bool:
 
 
 def _parse_tensors(file: Path, data: bytes, role: str, version: int) -> dict[str, torch.Tensor]:
-    """The tensors of ``data``; from format version 3 on, checked against the file's record of
-    its role and its digest."""
+    """The tensors of ``data``, checked against the file's record of its role and its digest
+    from format version 3 on, and whatever the version says when the file has a digest (a
+    ``config.json`` edited down to an older version never skips the check)."""
     if _looks_pickled(data[:9]):
         raise CheckpointError(f"{file}: this is a pickle, not safetensors; GlitchLens refuses to unpickle "
                               "files since that can run arbitrary code")
@@ -279,9 +287,9 @@ def _parse_tensors(file: Path, data: bytes, role: str, version: int) -> dict[str
         tensors = load_safetensors(data)
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"{file}: unreadable safetensors file ({err}); it is truncated or corrupt") from None
-    if version < 3:
-        return tensors
     record = tensor_record(data)
+    if version < 3 and "sha256" not in record:
+        return tensors
     if record.get("format") != FORMAT or record.get("role") != role or not {"architecture", "sha256"} <= set(record):
         raise CheckpointError(f"{file}: no GlitchLens record of what wrote it (role {role!r} and a checksum, which "
                               f"every file of a format version {version} checkpoint has); it was replaced by "
@@ -323,6 +331,9 @@ def read_checkpoint(path: str | os.PathLike, role: str = MODEL) -> tuple[dict[st
         record = config.get("mechanism")
         if isinstance(record, dict) and not find_mechanism(str(record.get("name"))):
             raise CheckpointError(f"{path}: {missing_from_checkpoint(record)}")
+        mismatch = registered_class_mismatch(config["model"].get("model"), record)
+        if mismatch:
+            raise CheckpointError(f"{path}: {mismatch}")
         name = tensor_files(config).get(role)
         if name is None:
             raise CheckpointError(f"{path}: this checkpoint has no {role.replace('_', ' ')} "
@@ -337,8 +348,12 @@ def read_checkpoint(path: str | os.PathLike, role: str = MODEL) -> tuple[dict[st
         except OSError as err:
             raise CheckpointError(f"{file}: unreadable ({err.strerror})") from None
         tensors = _parse_tensors(file, data, role, config["format_version"])
-        if config["format_version"] >= 3:
+        if config["format_version"] >= 3 or "architecture" in tensor_record(data):
             _check_architecture(file, _recorded_architecture(file, data), model_config(config, path))
+        recorded_task = tensor_record(data).get("task")
+        if recorded_task is not None and recorded_task != trained_task(config):
+            raise CheckpointError(f"{path}: config.json records the task {trained_task(config)!r}, but its tensors "
+                                  f"were trained on {recorded_task!r}; config.json was edited: restore its task")
         return config, tensors
     raise CheckpointError(f"{path}: replaced {_READ_ATTEMPTS} times while being read; try again")
 
@@ -410,7 +425,16 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu") -> torch.n
         warnings.warn(f"{path}: parameters {non_finite[:3]} hold NaN or Inf; the run that saved this "
                       "checkpoint diverged, and the model's outputs are meaningless", RuntimeWarning, stacklevel=2)
     model.load_state_dict(tensors)
+    model.trained_task = trained_task(config)   # what the evaluation checks the model against
     return on_device(model, device).eval()
+
+
+def trained_task(config: dict[str, Any]) -> str | None:
+    """The task a checkpoint's training run trained on (None: saved outside training)."""
+    training = config.get("training")
+    if not isinstance(training, dict) or not isinstance(training.get("config"), dict):
+        return None
+    return training["config"].get("task", "flipflop")
 
 
 def _sizes(tensors: dict[str, torch.Tensor]) -> dict[str, int]:

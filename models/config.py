@@ -150,8 +150,22 @@ class ModelConfig:
         four attention and three MLP matrices per block, the embeddings and position tables."""
         if self.model == "lstm":
             return 4 * self.lstm_hidden * (2 * self.lstm_hidden + self.d_vocab + 2) + self.lstm_hidden * self.d_vocab
-        per_block = 4 * self.d_model * self.d_model + 3 * self.d_model * self.d_mlp
-        return self.n_layers * per_block + self.d_model * (2 * self.d_vocab + self.n_ctx + self.label_range)
+        return self.n_params + self.d_model * (2 * self.d_vocab + self.n_ctx + self.label_range)
+
+    @property
+    def n_params(self) -> int:
+        """TransformerLens's ``cfg.n_params``: the weights of the hidden layers, computed from the
+        sizes as TransformerLens does (four attention and three SwiGLU matrices per block), without
+        embeddings, norms or a mechanism's small extras (gates, beta, lambda); the LSTM's weights.
+        ``sum(p.numel() for p in model.parameters())`` counts everything."""
+        if self.model == "lstm":
+            return self.approx_parameters()
+        return self.n_layers * (4 * self.d_model * self.d_model + 3 * self.d_model * self.d_mlp)
+
+    @property
+    def d_vocab_out(self) -> int:
+        """TransformerLens's output vocabulary: the input one (the unembedding predicts tokens)."""
+        return self.d_vocab
 
     # TransformerLens's cfg.device: where the model built from this config is. The model keeps
     # it current when it moves (models.lens.HookedModelMixin), as TransformerLens's models do.
@@ -265,12 +279,14 @@ def _is_a(value: Any, kind: type) -> bool:
 
 def _check_option_types(attention: str, options: dict[str, Any]) -> None:
     """Each option must have its field's type in the mechanism's ``Options`` dataclass, so
-    ``qk_norm="banana"`` is an error, not a truthy string. Unknown names are left to the
+    ``qk_norm="banana"`` is an error, not a truthy string, and a number must be finite. Unknown names are left to the
     mechanism, whose error lists the names it accepts."""
     from models.attention import get_attention_class
 
     hints = typing.get_type_hints(get_attention_class(attention).Options)
     for name, value in options.items():
+        if isinstance(value, float) and not math.isfinite(value):   # JSON has no NaN: a config could not be saved
+            raise ValueError(f"attention option {name}={value!r} of {attention!r} must be a finite number")
         if name not in hints:
             continue
         hint = hints[name]

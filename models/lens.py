@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 from transformer_lens import ActivationCache
+from transformer_lens.hook_points import HookPoint
 from transformer_lens.utilities import Slice, get_act_name, lm_cross_entropy_loss, sample_logits
 
 from kernels.common import upcast
@@ -103,6 +104,10 @@ class GlitchLensCache(ActivationCache):
     logits. With ``norm_placement="pre"`` every factor is 1 and TransformerLens's helpers run
     unchanged."""
 
+    def __init__(self, cache_dict, model, has_batch_dim: bool = True, filtered: bool = False):
+        super().__init__(cache_dict, model, has_batch_dim=has_batch_dim)
+        self.filtered = filtered   # whether run_with_cache was given a names_filter
+
     def __getitem__(self, key) -> torch.Tensor:
         if isinstance(key, str) and key in self.cache_dict:
             return self.cache_dict[key]
@@ -114,7 +119,12 @@ class GlitchLensCache(ActivationCache):
     def why_missing(self, name: str) -> str:
         model = self.model
         if name in model.hook_dict:
-            return "run_with_cache's names_filter left it out"
+            silent = why_silent(model, name)
+            if silent:
+                return silent
+            if self.filtered:
+                return "run_with_cache's names_filter left it out"
+            return "the run that made this cache stopped before it (stop_at_layer)"
         if not hasattr(model, "blocks"):
             return (f"the {model.cfg.model} model has no blocks, attention or residual stream; "
                     f"its hooks are {', '.join(model.hook_dict)}")
@@ -122,7 +132,8 @@ class GlitchLensCache(ActivationCache):
 
     def apply_slice_to_batch_dim(self, batch_slice) -> "GlitchLensCache":
         sliced = super().apply_slice_to_batch_dim(batch_slice)
-        return GlitchLensCache(sliced.cache_dict, self.model, has_batch_dim=sliced.has_batch_dim)
+        return GlitchLensCache(sliced.cache_dict, self.model, has_batch_dim=sliced.has_batch_dim,
+                               filtered=self.filtered)
 
     @property
     def normalises_stream(self) -> bool:
@@ -230,6 +241,29 @@ class GlitchLensCache(ActivationCache):
         return self.finish(torch.cat([stack, bias]), [*labels, "bias"], layer, mlp_input, pos_slice, apply_ln,
                            return_labels, project_output_onto)
 
+
+def architecture(model) -> str:
+    """``rope model (softmax attention, norm_placement='stream')``: what a message names a model by."""
+    cfg = model.cfg
+    if not hasattr(model, "blocks"):
+        return f"{cfg.model} model"
+    return f"{cfg.model} model ({cfg.attention} attention, norm_placement={cfg.norm_placement!r})"
+
+
+def why_silent(model, name: str) -> str | None:
+    """Why the hook ``name`` of ``model.hook_dict`` never fires on ``model`` (None if it fires)."""
+    if name.endswith("attn.hook_result") and not model.cfg.use_attn_result:
+        return ("hook_result holds each head's output only after model.set_use_attn_result(True): call it first, "
+                "or compute them from hook_z with cache.compute_head_results()")
+    if name not in model.fired_hooks():
+        return f"{name} never fires on this {architecture(model)}"
+    return None
+
+
+# The length of the forward pass that finds the hooks a model fires (HookedModelMixin.fired_hooks).
+FIRING_PROBE_TOKENS = 8
+
+
 def check_positions(tokens: torch.Tensor, positions: torch.Tensor) -> None:
     """Refuse query ``positions`` that are not ``[batch, n]`` integers inside ``tokens [batch, T]``."""
     if not isinstance(positions, torch.Tensor) or positions.dtype.is_floating_point or positions.dim() != 2 \
@@ -267,6 +301,27 @@ def read_mask(tokens: torch.Tensor, vocab: tuple[str, ...]) -> torch.Tensor:
     return (tokens == vocab.index("r")) & instruction
 
 
+class ShapeCheckedHookPoint(HookPoint):
+    """A hook point whose hooks may replace its activation only by a tensor of the same shape: a
+    ``hook_pattern`` hook returning ``[batch, head, 1, key_pos]`` would otherwise be broadcast to
+    every query without a word. The model's hook points are of this class (set up by
+    :meth:`HookedModelMixin.setup`); without hooks the check costs one attribute test."""
+
+    def __call__(self, x):
+        if not self._forward_hooks:
+            return super().__call__(x)
+        out = super().__call__(x)
+        if isinstance(out, torch.Tensor) and isinstance(x, torch.Tensor) and out.shape != x.shape:
+            raise ValueError(f"a hook on {self.name} returned a tensor of shape {tuple(out.shape)} for its "
+                             f"activation of shape {tuple(x.shape)}: a hook may change the values, not the shape")
+        return out
+
+
+# The longest sequence ``generate`` makes: each new token runs the whole prefix again, so the time
+# grows as the cube of the length (the evaluation's own limit, interp.evaluate.MAX_SEQ_LEN, is the same).
+MAX_GENERATED_LEN = 16384
+
+
 class HookedModelMixin:
     """What the transformer and the LSTM share besides ``HookedRootModule``: the cache,
     TransformerLens's return types and ``generate``, the device and dtype, the vocabulary and
@@ -278,9 +333,16 @@ class HookedModelMixin:
     """
 
     vocab: tuple[str, ...] = FLIPFLOP_VOCAB
+    # TransformerLens's tokenizer is a Hugging Face one; here the vocabulary is the tokenizer
+    # (``to_tokens``, ``to_str_tokens``, ``to_single_token``, ``to_string``), so code that asks
+    # ``model.tokenizer is None`` takes its token-id path
+    tokenizer = None
 
     def setup(self):
         super().setup()
+        for hook_point in self.hook_dict.values():
+            if type(hook_point) is HookPoint:
+                hook_point.__class__ = ShapeCheckedHookPoint
         self.cfg.device, self.cfg.dtype = self.W_E.device, self.W_E.dtype  # where the parameters were created
         # run_with_hooks finds a hook by name in mod_dict: an alias names the hook it stands for
         self.hook_aliases = self.tl_hook_aliases()
@@ -316,7 +378,8 @@ class HookedModelMixin:
         over the ``[batch, pos - 1]`` predictions, or each of them with ``per_token``. With
         ``reads_only``, the loss on the reads alone (each ``r``'s prediction of the bit it reads:
         what the flip-flop papers score, and what ``--loss clean`` trains on): their mean, or per
-        token with 0 at the other predictions, as TransformerLens's masked positions."""
+        token with 0 at the other predictions, as TransformerLens's masked positions. The mean
+        over sequences of one token (no prediction) is a ValueError, not TransformerLens's NaN."""
         tokens = as_token_ids(tokens, self.cfg.d_vocab).to(logits.device)
         losses = lm_cross_entropy_loss(upcast(logits), tokens, per_token=True)
         if reads_only:
@@ -326,6 +389,9 @@ class HookedModelMixin:
                                  "to average")
             losses = losses.masked_fill(~reads, 0.0)
             return losses if per_token else losses.sum() / reads.sum()
+        if not per_token and not losses.numel():   # a mean of no predictions would be NaN
+            raise ValueError(f"tokens: {tokens.shape[-1]} token(s) per sequence give no next-token prediction to "
+                             "average; the loss needs at least 2 (per_token=True gives the empty [batch, 0])")
         return losses if per_token else losses.mean()
 
     def normalized_at(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -334,6 +400,25 @@ class HookedModelMixin:
         compute less (the transformer's last block runs only at these positions)."""
         check_positions(tokens, positions)
         return at_rows(self(tokens, return_type="normalized"), positions)
+
+    def fired_hooks(self) -> list[str]:
+        """The hooks a forward pass fires, in ``hook_dict`` order. A hook of ``hook_dict`` that
+        is not among them exists on this model but is never called: softmax's ``hook_pos_bias``
+        without REL's or ALiBi's bias, ``attn.hook_result`` until ``set_use_attn_result(True)``.
+        Found by recording every hook in one forward of :data:`FIRING_PROBE_TOKENS` tokens (the
+        random number generators left as they were), once per model and per ``use_attn_result``."""
+        key = bool(self.cfg.use_attn_result)
+        known = self.__dict__.setdefault("_fired_hooks", {})
+        if key not in known:
+            fired = set()
+            n_pos = min(FIRING_PROBE_TOKENS, self.cfg.n_ctx)
+            tokens = torch.arange(n_pos, device=self.cfg.device)[None] % self.cfg.d_vocab
+            device = self.cfg.device
+            with torch.no_grad(), torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):
+                self.run_with_hooks(tokens, return_type=None,
+                                    fwd_hooks=[(lambda name: True, lambda act, hook: fired.add(hook.name))])
+            known[key] = [name for name in self.hook_dict if name in fired]
+        return known[key]
 
     def has_active_hooks(self) -> bool:
         """Whether any of the model's hook points has a hook attached."""
@@ -351,7 +436,8 @@ class HookedModelMixin:
         out, cache = super().run_with_cache(*args, names_filter=self.unaliased(names_filter), incl_bwd=incl_bwd,
                                             **kwargs)
         cache_dict = cache.cache_dict if isinstance(cache, ActivationCache) else cache
-        return out, GlitchLensCache(cache_dict, self, has_batch_dim=not kwargs.get("remove_batch_dim", False))
+        return out, GlitchLensCache(cache_dict, self, has_batch_dim=not kwargs.get("remove_batch_dim", False),
+                                    filtered=names_filter is not None)
 
     def unaliased(self, names_filter):
         """A ``names_filter`` (a name, a list of names or a predicate) that also takes the hooks
@@ -392,6 +478,9 @@ class HookedModelMixin:
                   else as_token_ids(input, self.cfg.d_vocab).to(self.cfg.device))
         if not tokens.shape[1]:
             raise ValueError("generate needs a prefix of at least one token to continue")
+        if tokens.shape[1] + max_new_tokens > MAX_GENERATED_LEN:
+            raise ValueError(f"max_new_tokens={max_new_tokens:,}: with the {tokens.shape[1]}-token prefix that is more "
+                             f"than the {MAX_GENERATED_LEN:,} tokens (models.lens.MAX_GENERATED_LEN) generate writes")
         finished = torch.zeros(len(tokens), dtype=torch.bool, device=tokens.device)
         with torch.random.fork_rng(devices=[] if tokens.device.type == "cpu" else [tokens.device],
                                    enabled=seed is not None):

@@ -103,24 +103,36 @@ def default_name(cls_name: str) -> str:
     return lowered.removesuffix("attention") or lowered
 
 
+def import_spec(kind: str, spec: str, target: str, example: str):
+    """The object ``target`` (``MODULE:QUALNAME``) names, for the ``kind`` spec ``spec`` (a
+    mechanism's, a task's); whatever goes wrong, a missing module, a syntax error or the module's
+    own code failing or exiting, is a one-line ``ValueError`` naming the spec."""
+    module_name, colon, qualname = target.partition(":")
+    if not colon or not module_name or not qualname:
+        raise ValueError(f"{kind} spec {spec!r}: expected {example}")
+    try:
+        found = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except ImportError as err:
+        raise ValueError(f"{kind} spec {spec!r}: cannot import {module_name} ({err}); is it installed or on "
+                         "PYTHONPATH?") from err
+    except AttributeError:
+        raise ValueError(f"{kind} spec {spec!r}: module {module_name} has no {qualname}") from None
+    except (Exception, SystemExit) as err:   # a syntax error, or the module's own code failing (or exiting)
+        raise ValueError(f"{kind} spec {spec!r}: importing {module_name} failed ({type(err).__name__}: "
+                         f"{err})") from None
+    return found
+
+
 def load_spec(spec: str) -> str:
     """Import the class that ``spec`` (``[NAME=]MODULE:CLASS``) names and register it; returns
     its name. A class its module already registered keeps that name unless ``NAME=`` says
     otherwise."""
     name, _, target = spec.strip().rpartition("=")
-    module_name, colon, qualname = target.partition(":")
-    if not colon or not module_name or not qualname:
-        raise ValueError(f"mechanism spec {spec!r}: expected MODULE:CLASS or NAME=MODULE:CLASS, e.g. "
-                         "mypkg.attention:SigmoidAttention")
-    try:
-        cls = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            cls = getattr(cls, part)
-    except ImportError as err:
-        raise ValueError(f"mechanism spec {spec!r}: cannot import {module_name} ({err}); is it installed or on "
-                         "PYTHONPATH?") from err
-    except AttributeError:
-        raise ValueError(f"mechanism spec {spec!r}: module {module_name} has no {qualname}") from None
+    cls = import_spec("mechanism", spec, target,
+                      "MODULE:CLASS or NAME=MODULE:CLASS, e.g. mypkg.attention:SigmoidAttention")
+    qualname = target.partition(":")[2]
     registered = next((other for other, plugin in _PLUGINS.items() if plugin is cls), None)
     name = name or registered or default_name(getattr(cls, "__name__", qualname))
     if registered != name:
@@ -203,3 +215,18 @@ def missing_from_checkpoint(record: dict[str, str]) -> str:
         where = how_to_register(name, f"{name}={path}")
     return (f"it was trained with the attention mechanism {name!r} (class {path}), which is not registered here; "
             f"{where}. GlitchLens never imports the class a checkpoint names by itself")
+
+
+def registered_class_mismatch(model: object, record: object) -> str | None:
+    """Why a checkpoint of ``model`` recording the mechanism ``record`` (``config.json``'s
+    ``"mechanism"``, or None) must not load here: its model is a mechanism registered here
+    under another class (another class's code would run on its weights), or records none. None
+    when they agree, and for built-in models."""
+    cls = _PLUGINS.get(model) if isinstance(model, str) else None
+    if cls is None:
+        return None
+    recorded = record.get("class") if isinstance(record, dict) else None
+    if recorded == class_path(cls):
+        return None
+    return (f"it was trained with the mechanism {model!r} of class {recorded or '(none recorded)'}, but {model!r} "
+            f"is registered here as {class_path(cls)}: register the class it was trained with under that name")

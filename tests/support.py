@@ -33,9 +33,9 @@ def models_with(path: str) -> list[str]:
     return list(by_mechanism.values())
 
 
-def interrupt_training_at(monkeypatch, step: int) -> None:
-    """Make the next training run receive Ctrl-C (SIGINT) while it fetches the batch of ``step``;
-    ``monkeypatch.undo()`` lets later runs go on."""
+def interrupt_training_at(monkeypatch, step: int, signum: int | None = None) -> None:
+    """Make the next training run receive Ctrl-C (SIGINT), or ``signum``, while it fetches the
+    batch of ``step``; ``monkeypatch.undo()`` lets later runs go on."""
     import signal
 
     from interp.train_setup import BatchSource
@@ -44,7 +44,7 @@ def interrupt_training_at(monkeypatch, step: int) -> None:
 
     def interrupted(self, at):
         if at == step:
-            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT if signum is None else signum)
         return fetch(self, at)
 
     monkeypatch.setattr(BatchSource, "__call__", interrupted)

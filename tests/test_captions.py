@@ -42,6 +42,8 @@ def peaks(differential: list[float], view_1: list[float], view_2: list[float]) -
             for label, values in (("differential", differential), ("view 1 (excitatory)", view_1),
                                   ("view 2 (inhibitory)", view_2))
             for head, value in enumerate(values)]
+    rows += [{"layer": 0, "head": head, "metric": "view_2_at_view_1_peak", "value": 0.01 * head, "map": "views",
+              "model": "m", "n_sequences": 4, "seq_len": 512, "n_rows": 100} for head in range(len(differential))]
     return pd.DataFrame(rows)
 
 
@@ -54,6 +56,8 @@ def test_02b_says_what_the_peaks_show():
     assert peak_relations(mixed).relation.tolist() == ["below both views'", "between the views'",
                                                        "between the views'", "above both views'"]
     assert "Inhibition lowers the peak below both views' in 1 of 4 heads" in caption_max_weight(mixed)
+    assert ("view 2 is non-zero in 0.0% to 3.0% of the rows" in caption_max_weight(mixed)
+            and "at least 97.0% of the row peaks pass" in caption_max_weight(mixed))
 
 
 def test_wilson_interval_known_answers():

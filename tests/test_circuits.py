@@ -56,14 +56,30 @@ def test_direct_logit_attribution_adds_up_to_the_logit_difference(name, override
     assert ("L0 attn bias" in components) == bool(overrides.get("linear_bias"))
     summary = circuits.dla_summary(frame)
     assert list(summary.component) == components, "the model's order"
-    assert summary.attribution.sum() == pytest.approx(summary.logit_diff.iloc[0], rel=1e-6)
+    assert summary.attribution.sum() == pytest.approx(summary.logit_diff.iloc[0], rel=1e-6, abs=1e-6)
 
 
-def test_direct_logit_attribution_refuses_a_stream_that_is_no_sum():
-    for model, reason in ((tiny("tra", norm_placement="stream"), "norm_placement='stream'"),
-                          (tiny("lstm"), "no residual stream")):
-        with pytest.raises(ValueError, match=reason):
-            circuits.direct_logit_attribution(model, model.to_tokens(TEXTS))
+@pytest.mark.parametrize("specimen", ["rope-mech", "diff-mech"])
+def test_direct_logit_attribution_adds_up_through_the_norms_of_a_specimen(specimen):
+    """Both specimens renormalise the stream in every block (norm_placement="stream")."""
+    model = load_pretrained(specimen)
+    tokens = torch.from_numpy(load_split("dense", 1)[:, :95].astype(np.int64))
+    assert model.cfg.norm_placement == "stream"
+    for neurons in (False, True):
+        frame = circuits.direct_logit_attribution(model, tokens, neurons=neurons)
+        expected = logit_differences(model, tokens)
+        totals = frame.groupby(["seq", "position"]).attribution.sum()
+        assert len(expected) > 10 and set(totals.index) == set(expected)
+        for key, value in expected.items():
+            assert totals[key] == pytest.approx(value, abs=1e-4), key
+        assert circuits.dla_sum_error(frame) < 1e-4
+    assert frame.kind.value_counts()["neuron"] == len(expected) * model.cfg.n_layers * model.cfg.d_mlp
+
+
+def test_direct_logit_attribution_refuses_a_model_without_a_stream():
+    model = tiny("lstm")
+    with pytest.raises(ValueError, match="no residual stream"):
+        circuits.direct_logit_attribution(model, model.to_tokens(TEXTS))
 
 
 def test_bit_flip_pairs_flip_the_write_and_every_read_of_it():
@@ -117,7 +133,12 @@ def test_heads_gates_and_maps_are_patched_one_head_at_a_time():
 
 
 def test_mechanism_hooks_come_from_the_model():
-    assert circuits.mechanism_hooks(tiny("nope")) == ["blocks.0.attn.hook_pos_bias", "blocks.1.attn.hook_pos_bias"]
+    """From the hooks a forward pass fires: softmax declares hook_pos_bias, only REL and ALiBi call it."""
+    for name in ("rel", "alibi"):
+        assert circuits.mechanism_hooks(tiny(name)) == ["blocks.0.attn.hook_pos_bias", "blocks.1.attn.hook_pos_bias"]
+        assert circuits.receiver_inputs(tiny(name), 1) == ["q", "k", "v", "pos_bias"]
+    for name in ("nope", "ape", "label", "rope"):
+        assert circuits.mechanism_hooks(tiny(name)) == [] and circuits.receiver_inputs(tiny(name), 1) == ["q", "k", "v"]
     tra = set(circuits.mechanism_hooks(tiny("tra")))
     assert {f"blocks.1.attn.hook_{h}" for h in ("thresholded", "mask", "dbar", "log_decay", "forget")} == {
         h for h in tra if h.startswith("blocks.1.")}
@@ -183,6 +204,18 @@ def test_bad_input_is_refused_in_words():
         circuits.activation_patching(model, clean, corrupt, ["blocks.1.attn.hook_dbr"], reads=reads)
     with pytest.raises(ValueError, match="no hooks to patch"):
         circuits.activation_patching(model, clean, corrupt, [], reads=reads)
+    with pytest.raises(ValueError, match=r"call set_use_attn_result\(True\)|set_use_attn_result\(True\): call it"):
+        circuits.activation_patching(model, clean, corrupt, ["blocks.0.attn.hook_result"], reads=reads)
+    rope = tiny("rope")
+    with pytest.raises(ValueError, match=r"^blocks.0.attn.hook_pos_bias never fires on this rope model \(softmax "
+                                         r"attention, norm_placement='pre'\): nothing to patch"):
+        circuits.activation_patching(rope, clean, corrupt, ["blocks.0.attn.hook_pos_bias"], reads=reads)
+    _, cache = rope.run_with_cache(clean)
+    with pytest.raises(KeyError, match="hook_pos_bias never fires on this rope model"):
+        cache["pos_bias", 0]
+    with pytest.raises(KeyError, match=r"after model.set_use_attn_result\(True\)"):
+        cache["result", 0]
+    assert "names_filter" not in rope.run_with_cache(clean)[1].why_missing("blocks.0.attn.hook_result")
     with pytest.raises(ValueError, match=r"clean tokens \(9, 15\) and corrupt tokens \(9, 13\) differ in shape"):
         circuits.activation_patching(model, clean, corrupt[:, :13], ["blocks.0.hook_resid_pre"], reads=reads)
     with pytest.raises(ValueError, match="sequence 0: position 3 holds token 3, not an r instruction"):

@@ -23,7 +23,8 @@ from interp.figures.flipflop import (
 )
 from interp.figures.table1 import figure_table1
 from interp.figures.tda import (
-    figure_cross_view, figure_logit_tails, figure_survivors, figure_tda_diagnostics, figure_tda_inhibition,
+    figure_cross_view, figure_logit_tails, figure_non_dispersion, figure_survivors, figure_tda_diagnostics,
+    figure_tda_inhibition,
 )
 from interp.figures.tra import figure_tra_vs_fot
 from interp.metrics import (
@@ -96,6 +97,9 @@ def test_tda_diagnostics(tmp_path):
     zeros = found["02a_tda_sparsity"].data
     assert set(zeros["map"]) == {"view 1 (excitatory)", "view 2 (inhibitory)", "differential"}
     assert len(zeros) == 3 * 2 and zeros.value.between(0, 1).all()
+    peaks = found["02b_tda_max_weight"].data
+    shares = peaks[peaks.metric == "view_2_at_view_1_peak"]
+    assert len(shares) == 2 * tiny("tda-beta1").cfg.n_heads and shares.value.dropna().between(0, 1).all()
     sinks = found["02c_sink_ratio_vs_length"].data
     assert set(sinks.model) == {"tda-beta1", "rope-mech"} and (sinks.n == 3).all()
     assert sorted(sinks.seq_len.unique()) == list(LENGTHS)
@@ -133,6 +137,15 @@ def test_logit_tails_table(tmp_path):
     assert len(data) == 2 * 2 * 3                        # layers x views x k
     assert data.groupby(["layer", "map", "k"]).size().eq(1).all()
     assert np.allclose(data.gaussian, [gaussian_tail(k) for k in data.k])
+    assert set(data["map"]) == {"view 1", "view 2"} and (data.sigma > 0).all()
+
+
+def test_non_dispersion(tmp_path):
+    data = check_written(figure_non_dispersion(tiny, lengths=LENGTHS, names=("rope-mech", "tda-mech"), n=2), tmp_path,
+                         ["13_non_dispersion"])["13_non_dispersion"].data
+    ratio = data[data.metric == "last_row_dispersion"]
+    assert len(ratio) == 2 * 2 * tiny("rope-mech").cfg.n_heads * len(LENGTHS)      # models x layers x heads x lengths
+    assert ratio.value.between(0, 1 + 1e-6).all() and (data.n_sequences == 2).all()
 
 
 def test_automaton(tmp_path):
@@ -150,6 +163,8 @@ def test_glitch_lengths(tmp_path):
     reads = read_table(load_split("sparse", 16), np.zeros((16, 512), dtype=int))
     assert data.n_reads.sum() == len(reads) and np.isclose(data.share_of_reads.sum(), 1.0)
     assert (data.ignores_since % flipflop.GLITCH_BIN == 0).all()
+    if data.n_errors.sum():
+        assert np.isclose(data.share_of_errors.sum(), 1.0)
 
 
 def test_glitch_lengths_without_wrong_reads(tmp_path):
@@ -168,6 +183,8 @@ def test_glitch_lengths_trend_names_the_higher_rate():
     figure = glitch_lengths_figure(reads, "m", "sparse")
     assert "1.0% (95% CI 0.2-5.4%) of 100 reads" in figure.caption
     assert "50.0% (95% CI 40.4-59.6%) of 100: long dependencies fail more often" in figure.caption
+    assert "at most 98.0% in one (80-95 ignores; all reads put 50.0% there)" in figure.caption
+    assert [ax.get_ylabel() for ax in figure.draw("matplotlib").axes] == ["share of the reads", "wrong / reads in bin"]
     even = glitch_lengths_figure(reads.assign(correct=[True] * 90 + [False] * 10 + [True] * 88 + [False] * 12),
                                  "m", "sparse")
     assert "not distinguishable" in even.caption

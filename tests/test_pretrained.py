@@ -196,9 +196,11 @@ def test_adopting_a_run_checks_that_it_is_the_specimen(tmp_path):
     other_seed = dataclasses.replace(short, training={**short.training, "seed": 1})
     assert main(["train", *other_seed.train_args(), "--out", str(tmp_path / "other")]) == 0
     with pytest.raises(ValueError, match=r"differs from the entry's \(seed\)"):
-        pretrained.build("rope-mech", steps=2, root=tmp_path / "entries", from_run=tmp_path / "other")
+        pretrained.build("rope-mech", steps=2, root=tmp_path / "entries", from_run=tmp_path / "other", overwrite=True)
     with pytest.raises(ValueError, match="not a finished training run of 1000 steps"):
-        pretrained.build("rope-mech", root=tmp_path / "entries", from_run=tmp_path / "run")
+        pretrained.build("rope-mech", root=tmp_path / "entries", from_run=tmp_path / "run", overwrite=True)
+    with pytest.raises(ValueError, match="already built; pass --overwrite"):   # the entry built above stays
+        pretrained.build("rope-mech", steps=2, root=tmp_path / "entries", from_run=tmp_path / "run")
 
 
 @pytest.mark.integration

@@ -263,7 +263,7 @@ def test_ctrl_c_during_the_final_evaluation_keeps_the_trained_model(tmp_path, mo
 
     evaluate = interp.train.quick_eval
 
-    def interrupted_final_eval(model, n):
+    def interrupted_final_eval(model, n, *options):
         if n == SMALL["eval_n"]:
             raise KeyboardInterrupt
         return evaluate(model, n)

@@ -48,6 +48,21 @@ def test_transformer_lens_config_attributes_are_derived_and_never_saved():
     assert cfg.device == torch.device("meta")
 
 
+def test_transformer_lens_habits_work_on_a_specimen():
+    """tokenizer, W_pos, the stacked biases, n_params and d_vocab_out, as TransformerLens code reads them."""
+    model = load_pretrained("tra-mech")
+    cfg = model.cfg
+    assert model.tokenizer is None
+    assert torch.equal(model.W_pos, torch.zeros(cfg.n_ctx, cfg.d_model))  # no position table adds anything
+    assert "W_pos" not in model.state_dict()
+    for name, shape in (("b_Q", (cfg.n_heads, cfg.d_head)), ("b_V", (cfg.n_heads, cfg.d_head)), ("b_in", (cfg.d_mlp,))):
+        assert getattr(model, name).shape == (cfg.n_layers, *shape), name
+    hidden = ("W_Q", "W_K", "W_V", "W_O", "W_gate", "W_in", "W_out")
+    assert cfg.n_params == sum(getattr(model, name).numel() for name in hidden)
+    assert cfg.d_vocab_out == cfg.d_vocab == model.W_U.shape[1]
+    assert tiny("ape").W_pos.requires_grad  # APE's own table stays a parameter
+
+
 # init="torch" draws the biases of linear_bias, so that the decomposition's bias term is not zero;
 # norm_placement="stream" renormalises the stream before every sublayer, so that each component
 # reaches the logits through the later norms' factors

@@ -22,7 +22,7 @@ Frames are tidy, one row per (component, read) or (patch, pair); nothing here dr
 plots are ``interp.plots.dla_chart`` and ``interp.plots.patching_heatmap``).
 """
 
-from interp.circuits.attribution import direct_logit_attribution, dla_summary
+from interp.circuits.attribution import direct_logit_attribution, dla_sum_error, dla_summary
 from interp.circuits.pairs import ReadPairs, bit_flip_pairs, glitch_pairs
 from interp.circuits.patching import (
     activation_patching, component_label, hook_axes, mechanism_hooks, patchable_hooks, patching_summary, path_patching,

@@ -8,76 +8,121 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import torch
+from transformer_lens.utilities import Slice
 
 from interp.circuits.reads import read_answers
 from interp.tasks import ONE, ZERO, read_mask
 from models.tokens import as_token_ids
 
 
-def _check_additive_stream(model) -> None:
-    if not hasattr(model, "blocks"):
-        raise ValueError(f"the {model.cfg.model} model has no residual stream to split into components")
-    if model.cfg.norm_placement == "stream":
-        raise ValueError("with norm_placement='stream' each block replaces the stream by its normalisation, so "
-                         "the final stream is not the sum of the components' outputs: no direct attribution")
-
-
-def direct_logit_attribution(model, tokens, cache=None) -> pd.DataFrame:
+def direct_logit_attribution(model, tokens, cache=None, neurons: bool = False) -> pd.DataFrame:
     """What each component writes directly into the logit difference at every read of ``tokens``.
 
-    The final stream is the sum of the embeddings, every head's output ``z @ W_O`` (from
-    ``hook_z``), the attention output biases and the MLP outputs; the logits are that stream
-    divided by the final norm's scale (``ln_final.hook_scale``) times the unembedding with the
-    norm's gain folded in (``model.folded_W_U``). So each component's share of the logit
-    difference is its output at the read, divided by that scale, dotted with
-    ``folded_W_U[:, right] - folded_W_U[:, other]``, and the shares of a read add up to the
-    model's logit difference there (to float rounding). "Direct" means only the path straight
-    to the unembedding: what a head does through later layers is not in its share.
+    With ``norm_placement="pre"`` the final stream is the sum of the embeddings, every head's
+    output ``z @ W_O`` (from ``hook_z``), the attention output biases and the MLP outputs; the
+    logits are that stream divided by the final norm's scale (``ln_final.hook_scale``) times
+    the unembedding with the norm's gain folded in (``model.folded_W_U``), as TransformerLens's
+    ``cache.logit_attrs(cache.decompose_resid(...))`` decomposes them. So each component's
+    share of the logit difference is its output at the read, divided by that scale, dotted
+    with ``folded_W_U[:, right] - folded_W_U[:, other]``.
+
+    With ``norm_placement="stream"`` each block *replaces* the stream by its normalisation
+    before each sublayer (``x = ln1(x); x = x + attn(x); x = ln2(x); x = x + mlp(x)``), so a
+    component added to the stream passes every later ``ln1``/``ln2`` before ``ln_final``. The
+    decomposition freezes each norm's scale at its cached value (``blocks.{l}.ln{1,2}.hook_scale``),
+    as the final norm's is frozen above: each norm is then the linear map ``x -> x * w / scale``
+    per position, so the stream entering ``ln_final`` is exactly the sum of each component times
+    the product of ``w / scale`` of the norms after the place where it was added (the cache's
+    ``norm_factors``, which also make ``cache.decompose_resid`` exact on these models). The
+    embeddings pass every norm, block ``l``'s heads and attention bias the norms from its ``ln2``
+    on, its MLP the norms from block ``l + 1`` on. The shares are still exact (the parts of a
+    read add up to the model's logit difference to float rounding); what the frozen scales hide
+    is how a component also changes the later scales, which is not a direct effect.
+
+    "Direct" means only the path straight to the unembedding: what a head does through later
+    layers is not in its share. ``neurons``: each MLP as its neurons, neuron ``n`` of layer
+    ``l`` writing ``hook_post[n] * W_out[n]`` (component ``L{l}N{n}``, kind ``neuron``), plus
+    its output bias (``L{l} MLP bias``, kind ``mlp_bias``) where it has one, in place of the
+    MLP's one row.
 
     ``cache``: a ``run_with_cache`` cache of ``tokens`` holding ``hook_embed``
-    (``hook_pos_embed``), every ``hook_z`` and ``hook_mlp_out`` and ``ln_final.hook_scale``;
-    by default the model is run here.
+    (``hook_pos_embed``), every ``hook_z`` and ``hook_mlp_out`` (``mlp.hook_post`` with
+    ``neurons``), every norm's ``hook_scale`` and ``ln_final.hook_normalized``; by default the
+    model is run here.
 
     Returns one row per (read, component), components in the model's order: ``seq``,
     ``position`` (of the ``r``), ``write_pos``, ``answer`` (the right bit), ``logit_diff`` (the
-    model's, the sum of the read's rows), ``component`` (``embed``, ``pos_embed``, ``L{l}H{h}``,
-    ``L{l} attn bias``, ``L{l} MLP``), ``kind`` (``embed``, ``pos_embed``, ``head``,
-    ``attn_bias``, ``mlp``), ``layer`` and ``head`` (-1 where they do not apply) and
-    ``attribution``. Models whose stream is not such a sum (the LSTM, ``norm_placement=
-    "stream"``) raise a ``ValueError``.
+    model's, from its logits; the read's rows add up to it), ``component`` (``embed``,
+    ``pos_embed``, ``L{l}H{h}``, ``L{l} attn bias``, ``L{l} MLP``), ``kind`` (``embed``,
+    ``pos_embed``, ``head``, ``attn_bias``, ``mlp``), ``layer`` and ``head`` (-1 where they do
+    not apply; the neuron's index for a neuron) and ``attribution``. A model without a residual
+    stream (the LSTM) is a ``ValueError``.
     """
-    _check_additive_stream(model)
+    if not hasattr(model, "blocks"):
+        raise ValueError(f"the {model.cfg.model} model has no residual stream to split into components")
     tokens = as_token_ids(tokens, model.cfg.d_vocab).to(model.cfg.device)
     seq, position = (torch.from_numpy(i) for i in np.nonzero(read_mask(tokens.cpu().numpy())))
     write_pos, answer = read_answers(tokens, position, rows=seq)
     if cache is None:
-        _, cache = model.run_with_cache(tokens, names_filter=_dla_hook)
+        _, cache = model.run_with_cache(tokens, names_filter=_dla_hooks(neurons))
     direction = (model.folded_W_U[:, ZERO + answer] - model.folded_W_U[:, ONE - answer]).T.double()  # [read, d_model]
-    scale = cache["ln_final.hook_scale"][seq, position].double()                                     # [read, 1]
+    direction = direction / cache["ln_final.hook_scale"][seq, position].double()
+    if cache.normalises_stream:   # [norm, read, d_model]: the direction as seen before each norm
+        factors = cache.norm_factors(model.cfg.n_layers, False, Slice(None))[:, seq, position].double()
+        directions = factors * direction
+    else:
+        directions = direction.expand(2 * model.cfg.n_layers + 1, -1, -1)
 
-    def share(out: torch.Tensor) -> np.ndarray:
-        """``out [read, d_model]`` -> its direct contribution to each read's logit difference."""
-        return (out.double() / scale * direction).sum(-1).detach().cpu().numpy()
+    def share(out: torch.Tensor, first_norm: int) -> np.ndarray:
+        """``out [read, d_model]``, added to the stream before norm ``first_norm`` (block l's
+        ln1 is norm 2 l, its ln2 2 l + 1, ``ln_final`` 2 n_layers) -> its share of each read's
+        logit difference."""
+        return (out.double() * directions[first_norm]).sum(-1).detach().cpu().numpy()
 
-    parts = [("embed", "embed", -1, -1, share(cache["hook_embed"][seq, position]))]
+    parts = [("embed", "embed", -1, -1, share(cache["hook_embed"][seq, position], 0))]
     if "hook_pos_embed" in model.hook_dict:
-        parts.append(("pos_embed", "pos_embed", -1, -1, share(cache["hook_pos_embed"][seq, position])))
+        parts.append(("pos_embed", "pos_embed", -1, -1, share(cache["hook_pos_embed"][seq, position], 0)))
     for layer, block in enumerate(model.blocks):
+        after_attn, after_mlp = 2 * layer + 1, 2 * layer + 2
         heads = torch.einsum("rhd,hdm->rhm", cache["z", layer][seq, position], block.attn.W_O)
-        parts += [(f"L{layer}H{h}", "head", layer, h, share(heads[:, h])) for h in range(heads.shape[1])]
+        parts += [(f"L{layer}H{h}", "head", layer, h, share(heads[:, h], after_attn)) for h in range(heads.shape[1])]
         if block.attn.b_O is not None:
-            parts.append((f"L{layer} attn bias", "attn_bias", layer, -1, share(block.attn.b_O.expand(len(seq), -1))))
-        parts.append((f"L{layer} MLP", "mlp", layer, -1, share(cache["mlp_out", layer][seq, position])))
-    total = sum(part[-1] for part in parts)
+            parts.append((f"L{layer} attn bias", "attn_bias", layer, -1,
+                          share(block.attn.b_O.expand(len(seq), -1), after_attn)))
+        if not neurons:
+            parts.append((f"L{layer} MLP", "mlp", layer, -1, share(cache["mlp_out", layer][seq, position], after_mlp)))
+            continue
+        per_neuron = (cache["post", layer][seq, position].double()
+                      * (directions[after_mlp] @ block.mlp.W_out.double().T)).detach().cpu().numpy()  # [read, d_mlp]
+        parts += [(f"L{layer}N{n}", "neuron", layer, n, per_neuron[:, n]) for n in range(per_neuron.shape[1])]
+        if block.mlp.b_out is not None:
+            parts.append((f"L{layer} MLP bias", "mlp_bias", layer, -1,
+                          share(block.mlp.b_out.expand(len(seq), -1), after_mlp)))
+    logits = cache["ln_final.hook_normalized"][seq, position] @ model.W_U
+    logit_diff = (logits[torch.arange(len(seq)), ZERO + answer] - logits[torch.arange(len(seq)), ONE - answer])
     reads = pd.DataFrame({"seq": seq.numpy(), "position": position.numpy(), "write_pos": write_pos.numpy(),
-                          "answer": answer.numpy(), "logit_diff": total})
-    return pd.concat([reads.assign(component=name, kind=kind, layer=layer, head=head, attribution=values)
-                      for name, kind, layer, head, values in parts], ignore_index=True)
+                          "answer": answer.numpy(), "logit_diff": logit_diff.double().detach().cpu().numpy()})
+    names, kinds, layers, heads, values = zip(*parts)
+    frame = reads.iloc[np.tile(np.arange(len(reads)), len(parts))].reset_index(drop=True)
+    for column, per_component in (("component", names), ("kind", kinds), ("layer", layers), ("head", heads)):
+        frame[column] = np.repeat(np.asarray(per_component), len(reads))
+    frame["attribution"] = np.concatenate(values)
+    return frame
 
 
-def _dla_hook(name: str) -> bool:
-    return name in ("hook_embed", "hook_pos_embed", "ln_final.hook_scale") or name.endswith(
-        ("attn.hook_z", "hook_mlp_out"))
+def _dla_hooks(neurons: bool):
+    def wanted(name: str) -> bool:
+        return name in ("hook_embed", "hook_pos_embed", "ln_final.hook_normalized") or name.endswith(
+            ("hook_scale", "attn.hook_z", "mlp.hook_post" if neurons else "hook_mlp_out"))
+    return wanted
+
+
+def dla_sum_error(frame: pd.DataFrame) -> float:
+    """The largest ``|sum of a read's attributions - its logit difference|`` over the reads of
+    a :func:`direct_logit_attribution` frame: float rounding when the decomposition is exact."""
+    totals = frame.groupby(["seq", "position"], sort=False).agg(total=("attribution", "sum"),
+                                                                logit_diff=("logit_diff", "first"))
+    return float((totals.total - totals.logit_diff).abs().max()) if len(totals) else 0.0
 
 
 def dla_summary(frame: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:

@@ -13,32 +13,36 @@ import torch
 
 from interp.circuits.reads import logit_difference, read_answers, reads_up_to
 from models.attention.base import COMMON_HOOKS, Attention
+from models.lens import why_silent
 from models.tokens import as_token_ids
 
 # --- activation patching ------------------------------------------------------------------
 
 
 def mechanism_hooks(model) -> list[str]:
-    """The attention hooks a mechanism has besides the common ones (``COMMON_HOOKS``), found in
-    ``model.hook_dict``: TRA's ``hook_thresholded``, ``hook_mask``, ``hook_dbar``,
-    ``hook_log_decay``, ``hook_forget``; FoT's ``hook_forget``, ``hook_decay_bias``; the views,
-    scores and lambda of Diff and TDA; CoPE's gates and positions; REL's and ALiBi's bias."""
+    """The attention hooks a mechanism fires besides the common ones (``COMMON_HOOKS``), among
+    the hooks a forward pass of this model fires (``model.fired_hooks()``, so that a hook the
+    class declares but this configuration never calls is left out): TRA's
+    ``hook_thresholded``, ``hook_mask``, ``hook_dbar``, ``hook_log_decay``, ``hook_forget``;
+    FoT's ``hook_forget``, ``hook_decay_bias``; the views, scores and lambda of Diff and TDA;
+    CoPE's gates and positions; REL's and ALiBi's bias (not softmax's without a bias)."""
     common = {f"attn.{name}" for name in COMMON_HOOKS}
-    return [name for name in model.hook_dict
+    return [name for name in model.fired_hooks()
             if re.fullmatch(r"blocks\.\d+\.attn\.hook_\w+", name) and name.split(".", 2)[2] not in common]
 
 
 def patchable_hooks(model, kinds: Iterable[str] = ("resid_pre", "z", "mechanism")) -> list[str]:
     """Hook names to patch, by kind, in the model's order: ``resid_pre`` (each block's input,
     plus the last block's ``hook_resid_post``), ``resid_post``, ``attn_out``, ``mlp_out``, ``z``
-    (the heads' outputs before ``W_O``), ``pattern``, and ``mechanism`` (:func:`mechanism_hooks`)."""
+    (the heads' outputs before ``W_O``), ``pattern``, and ``mechanism`` (:func:`mechanism_hooks`);
+    only hooks that a forward pass of this model fires (``model.fired_hooks()``)."""
     chosen = []
     for kind in kinds:
         if kind == "mechanism":
             chosen += mechanism_hooks(model)
             continue
         suffix = {"z": "attn.hook_z", "pattern": "attn.hook_pattern"}.get(kind, f"hook_{kind}")
-        found = [name for name in model.hook_dict if re.fullmatch(rf"blocks\.\d+\.{re.escape(suffix)}", name)]
+        found = [name for name in model.fired_hooks() if re.fullmatch(rf"blocks\.\d+\.{re.escape(suffix)}", name)]
         if not found:
             raise ValueError(f"the {model.cfg.model} model has no {kind} hooks (blocks.*.{suffix})")
         chosen += found
@@ -92,6 +96,10 @@ def _check_hooks(model, hook_names: Sequence[str]) -> list[str]:
             close = difflib.get_close_matches(name, list(model.hook_dict), n=3)
             hint = f"did you mean {', '.join(close)}?" if close else "model.hook_dict lists them"
             raise ValueError(f"{name!r} is not a hook of this {model.cfg.model} model; {hint}")
+        silent = why_silent(model, name)
+        if silent:
+            raise ValueError(f"{silent}: nothing to patch (interp.circuits.patchable_hooks(model) lists the hooks "
+                             "that fire)")
     return names
 
 
@@ -202,10 +210,11 @@ def component_label(hook: str, layer: int, head: int) -> str:
 def receiver_inputs(model, layer: int) -> list[str]:
     """What a head of block ``layer`` computes from the block input before its attention core,
     by hook suffix: ``q``, ``k``, ``v``, and where the mechanism has them ``forget`` (TRA,
-    FoT) and ``q2``, ``k2`` (TDA's second view)."""
+    FoT), ``q2``, ``k2`` (TDA's second view) and REL's and ALiBi's ``pos_bias``; only hooks
+    that fire on this model (``model.fired_hooks()``)."""
     attn = f"blocks.{layer}.attn."
     own = Attention.OUTER_HOOKS - {"hook_z", "hook_result"}  # the outputs of the core, not its inputs
-    return [name.removeprefix(attn + "hook_") for name in model.hook_dict
+    return [name.removeprefix(attn + "hook_") for name in model.fired_hooks()
             if name.startswith(attn) and name.removeprefix(attn) in own]
 
 

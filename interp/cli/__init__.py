@@ -17,19 +17,20 @@ from __future__ import annotations
 import os
 import sys
 
-from interp.cli.commands import train_configs
+from interp.cli.commands import ignore_stop_signals, shown, train_configs
 from interp.cli.parser import build_parser
 
 __all__ = ["build_parser", "main", "train_configs"]
 
 
 def _message(err: BaseException) -> str:
-    """One line naming the problem: an OSError as ``path: reason``, anything else as its text."""
+    """One line naming the problem: an OSError as ``path: reason``, anything else as its text;
+    control characters from user text (a data file, a path) as Python escapes, never raw."""
     if isinstance(err, OSError) and err.strerror:
         text = f"{err.filename}: {err.strerror}" if err.filename else err.strerror
     else:
         text = str(err) or type(err).__name__
-    return " ".join(text.split())
+    return shown(" ".join(text.split()))
 
 
 def _register_mechanisms(argv: list[str]) -> None:
@@ -39,12 +40,20 @@ def _register_mechanisms(argv: list[str]) -> None:
     sweep) register it too (``models.mechanisms``)."""
     from models import mechanisms
 
-    for i, arg in enumerate(argv):
-        if arg == "--mechanism" and i + 1 < len(argv):
-            mechanisms.export(argv[i + 1])
-        elif arg.startswith("--mechanism="):
-            mechanisms.export(arg.split("=", 1)[1])
-    mechanisms.load_environment()
+    specs = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--mechanism"]
+    specs += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--mechanism=")]
+    if not specs and not mechanisms.environment_specs():
+        return
+    from interp.conformance import CHECK_SECONDS, CheckTimedOut, time_limit
+
+    try:
+        with time_limit(CHECK_SECONDS):   # a module that never finishes importing
+            for spec in specs:
+                mechanisms.export(spec)
+            mechanisms.load_environment()
+    except CheckTimedOut as err:
+        raise ValueError(f"importing the mechanisms {', '.join(specs or mechanisms.environment_specs())}: "
+                         f"{err}") from None
 
 
 def _close_progress_bars() -> None:
@@ -58,6 +67,17 @@ def _close_progress_bars() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
+    formatwarning = warnings.formatwarning   # a warning may quote user text (a path drawn in a plot)
+    warnings.formatwarning = lambda *args, **kwargs: shown(formatwarning(*args, **kwargs))
+    try:
+        return _main(argv)
+    finally:
+        warnings.formatwarning = formatwarning
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = "glitchlens"
     try:
@@ -71,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             reuse_freed_memory()
         return args.func(args)
     except KeyboardInterrupt:  # Ctrl-C anywhere, imports included (the commands that save say what they kept)
+        ignore_stop_signals()   # a storm of Ctrl-C cannot interrupt the message
         _close_progress_bars()
         print(f"{command}: interrupted", file=sys.stderr)
         return 130
@@ -80,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except (ValueError, OSError, RuntimeError) as err:  # RuntimeError: TrainingDiverged, torch's own
+        _close_progress_bars()   # the message starts a line of its own
         print(f"{command}: error: {_message(err)}", file=sys.stderr)
         return 2
 

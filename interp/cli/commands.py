@@ -5,7 +5,9 @@ imports no torch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -34,11 +36,39 @@ def _model_overrides(args) -> dict:
     return overrides
 
 
+def resolve_task(args) -> None:
+    """Replace ``args.task``, a task name or a ``MODULE:CLASS`` spec, by the registered name (a
+    spec is imported and registered first; ``interp.tasks.registry``)."""
+    from interp.tasks.registry import resolve
+
+    if getattr(args, "task", None):
+        args.task = resolve(args.task)
+
+
+def checkpoint_task_of(args, checkpoint) -> str:
+    """The task a checkpoint trained on; ``--task``, when given, must name that one."""
+    from interp.evaluate import checkpoint_task
+    from models import read_config
+
+    resolve_task(args)
+    task = checkpoint_task(read_config(checkpoint))
+    if args.task and args.task != task:
+        raise ValueError(f"{shown(str(checkpoint))} was trained on the {task} task, not {args.task}: leave --task out "
+                         "or name its own")
+    return task
+
+
 def cmd_data(args) -> int:
     from interp.tasks import SPLITS, TRAIN_P_I, load_split, sample_ffl, write_sequences
 
     if Path(args.out).exists() and not args.overwrite:
         raise ValueError(f"--out {args.out} exists; pass --overwrite to replace it")
+    resolve_task(args)
+    if args.task != "flipflop":
+        return _task_data(args)
+    if args.split not in ("train", *SPLITS):
+        raise ValueError(f"--split {args.split}: flipflop's splits are {', '.join(SPLITS)}, or train")
+    args.seq_len = args.seq_len or 512
     if args.split == "train":
         tokens = sample_ffl(args.n or 1000, args.seq_len, TRAIN_P_I, args.seed)
     elif args.seed is None:
@@ -47,20 +77,46 @@ def cmd_data(args) -> int:
         split = SPLITS[args.split]
         tokens = sample_ffl(args.n or split.size, args.seq_len, split.p_i, args.seed)
     path = write_sequences(tokens, args.out)
-    print(f"wrote {len(tokens)} sequences of {tokens.shape[1]} tokens to {path}")
+    print(shown(f"wrote {len(tokens)} sequences of {tokens.shape[1]} tokens to {path}"))
+    return 0
+
+
+def _task_data(args) -> int:
+    """``glitchlens data --task NAME`` for a task other than flip-flop: a split, or training draws."""
+    from interp.tasks import get_task
+    from interp.tasks.registry import write_token_file
+
+    task = get_task(args.task)
+    if args.split == "train":
+        tokens = task.sample(args.n or 1000, args.seq_len or task.seq_len, args.seed, **task.train_params)
+    elif args.split not in task.splits:
+        raise ValueError(f"--split {args.split}: the {task.name} task's splits are {', '.join(task.splits)}, or train")
+    elif args.seed is None and args.seq_len in (None, task.splits[args.split].seq_len):
+        tokens = task.load_split(args.split, args.n)
+    else:
+        split = task.splits[args.split]
+        tokens = task.sample(args.n or split.size, args.seq_len or split.seq_len,
+                             split.seed if args.seed is None else args.seed, **split.params)
+    path = write_token_file(task, tokens, args.out)
+    print(shown(f"wrote {len(tokens)} sequences of {tokens.shape[1]} tokens of the {task.name} task to {path}"))
     return 0
 
 
 def train_configs(args):
-    """The ``(ModelConfig, TrainConfig)`` that ``glitchlens train`` arguments describe."""
+    """The ``(ModelConfig, TrainConfig)`` that ``glitchlens train`` arguments describe; the training
+    length defaults to the task's (``interp.recipes.run_configs`` sets its vocabulary and n_ctx)."""
     from interp.recipes import run_configs
+    from interp.tasks import get_task
+
+    resolve_task(args)
+    seq_len = args.seq_len or get_task(args.task).seq_len
 
     recipe_fields = {k: getattr(args, k) for k in ("weight_decay", "decay_all_parameters", "warmup", "grad_clip")
                      if getattr(args, k) is not None}
     if recipe_fields.get("grad_clip") == "none":
         recipe_fields["grad_clip"] = None
     training = {**recipe_fields,
-                "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "seq_len": args.seq_len,
+                "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "seq_len": seq_len,
                 "loss": args.loss, "task": args.task, "mixture": args.mixture, "p_bottom": args.p_bottom,
                 "regulariser": args.regulariser, "reg_coef": args.reg_coef, "reg_start": args.reg_start,
                 "beta_schedule": args.beta_schedule, "beta_final": args.beta_final,
@@ -70,25 +126,94 @@ def train_configs(args):
     return run_configs(args.model, args.preset, args.recipe, _model_overrides(args), training)
 
 
+def resumed_configs(args):
+    """The ``(ModelConfig, TrainConfig)`` of the checkpoint in ``--out``, for ``train --resume``
+    without ``--model``: each flag given (one that differs from its default) must equal the
+    checkpoint's value, except the logging ones (``--eval-every``, ``--eval-n``,
+    ``--checkpoint-every``), which apply to the rest of the run; an error names each field that differs."""
+    from interp.cli.parser import build_parser
+    from interp.train_setup import TrainConfig, saved_configs
+    from models import read_config
+
+    saved = read_config(args.out)
+    if not isinstance(saved.get("training"), dict):
+        raise ValueError(f"{args.out} holds a checkpoint without training state; it cannot be resumed")
+    model_cfg, _ = saved_configs(saved)
+    train_cfg = TrainConfig.from_dict(saved["training"]["config"])
+    defaults = vars(build_parser().parse_args(["train", "--out", str(args.out)]))
+    given = {dest for dest, value in vars(args).items() if dest in defaults and value != defaults[dest]}
+    fixed = given & {"preset", "recipe"}
+    if fixed:
+        raise ValueError(f"--{' --'.join(sorted(fixed))} set a run up when it starts; a resumed run keeps its "
+                         "checkpoint's configuration (give --model too to check them against it)")
+    wanted = {field: value for field, value in dataclasses.asdict(train_configs_fields(args)).items()}
+    differ = [f"{field} {value!r} (checkpoint: {getattr(model_cfg, field)!r})"
+              for field, value in _model_overrides(args).items() if getattr(model_cfg, field) != value]
+    logging = {}
+    for dest, field in TRAIN_FLAG_FIELDS.items():
+        if dest not in given:
+            continue
+        if field in TrainConfig.LOGGING_FIELDS:
+            logging[field] = wanted[field]
+        elif getattr(train_cfg, field) != wanted[field]:
+            differ.append(f"{field} {wanted[field]!r} (checkpoint: {getattr(train_cfg, field)!r})")
+    if differ:
+        raise ValueError(f"{args.out}: cannot resume with other settings than its checkpoint's: {'; '.join(differ)}")
+    return model_cfg, replace(train_cfg, **logging)
+
+
+# train's flags (argparse dest) that set a TrainConfig field, and the field
+TRAIN_FLAG_FIELDS = {**{name: name for name in (
+    "weight_decay", "decay_all_parameters", "warmup", "grad_clip", "steps", "batch_size", "lr", "seq_len", "loss",
+    "task", "mixture", "p_bottom", "regulariser", "reg_coef", "reg_start", "beta_schedule", "beta_final",
+    "beta_ramp_start", "beta_ramp_end", "seed", "eval_every", "eval_n", "checkpoint_every")}, "data": "data_file"}
+
+
+def train_configs_fields(args):
+    """The TrainConfig fields that ``train``'s flags give, as a TrainConfig (validated)."""
+    from interp.train_setup import TrainConfig
+
+    fields = {field: getattr(args, dest) for dest, field in TRAIN_FLAG_FIELDS.items()
+              if getattr(args, dest) is not None}
+    if fields.get("grad_clip") == "none":
+        fields["grad_clip"] = None
+    return TrainConfig(**fields)
+
+
+def ignore_stop_signals() -> None:
+    """Ignore Ctrl-C, SIGTERM and SIGHUP from now on: the command is ending and says why."""
+    import signal
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+
+
 def cmd_train(args) -> int:
     from interp.train import TrainingInterrupted, format_quick_eval, train
     from models.checkpoint import CONFIG_FILE
 
-    model_cfg, train_cfg = train_configs(args)
-    if args.resume and not (Path(args.out) / CONFIG_FILE).exists():
-        print(f"glitchlens train: no checkpoint in {args.out} to resume; starting at step 0", file=sys.stderr)
+    resuming = args.resume and (Path(args.out) / CONFIG_FILE).exists()
+    if args.model is None and not resuming:
+        raise ValueError("--model is required (only --resume of the checkpoint in --out reads it from there)")
+    resolve_task(args)
+    model_cfg, train_cfg = resumed_configs(args) if args.model is None else train_configs(args)
+    check_attention_size("--seq-len", train_cfg.seq_len, train_cfg.batch_size, model_cfg.n_heads, train_cfg.seq_len)
+    check_model_size(model_cfg)
+    if args.resume and not resuming:
+        print(shown(f"glitchlens train: no checkpoint in {args.out} to resume; starting at step 0"), file=sys.stderr)
     try:
         train(model_cfg, train_cfg, args.out, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet,
               metadata={"command": " ".join(["glitchlens", *args.argv])}, device=args.device)
     except TrainingInterrupted as stop:
-        print(stop, file=sys.stderr)
-        return 130
+        ignore_stop_signals()   # the run has saved and ends: a storm of Ctrl-C cannot cut this line
+        print(shown(stop), file=sys.stderr)
+        return 128 + stop.signum
     from models import read_config
 
     evaluation = read_config(args.out)["metadata"].get("evaluation")
-    print(f"saved {args.out}")
+    print(shown(f"saved {args.out}"))
     if evaluation:
-        print(f"first {args.eval_n} sequences per split: " + format_quick_eval(evaluation))
+        print(f"first {train_cfg.eval_n} sequences per split: " + format_quick_eval(evaluation))
     return 0
 
 
@@ -99,21 +224,61 @@ def checkpoint_dir(text: str) -> Path:
     from models import pretrained
 
     if Path(text).exists():
-        return Path(text)
+        return checked_checkpoint(Path(text))
     if text not in pretrained.ENTRIES:
         raise ValueError(f"{text}: no such checkpoint directory, nor a pretrained model of that name "
                          f"(pretrained: {', '.join(pretrained.ENTRIES)})")
     pretrained.info(text)  # refuses an entry not built yet, saying how to build it
-    return pretrained.path(text)
+    return checked_checkpoint(pretrained.path(text))
+
+
+def checked_checkpoint(path: Path) -> Path:
+    """``path`` after checking, before anything loads it, that its ``config.json`` and the
+    tensor files it names are regular files of a sane size (:func:`interp.outputs.input_file`:
+    never a FIFO or a device, which would block) and that its sections have their types."""
+    from interp.outputs import MAX_JSON_BYTES, input_file, read_json
+
+    if not path.is_dir():   # models.read_config says what the file is, once it is known to be a small one
+        input_file(path, "checkpoint", MAX_JSON_BYTES)
+        return path
+    config_file = path / "config.json"
+    if not os.path.lexists(config_file):
+        return path   # models.read_config says what is missing
+    config = read_json(config_file, "checkpoint config")
+    if not isinstance(config, dict):
+        raise ValueError(f"{config_file}: not a GlitchLens config (a JSON object)")
+    for section in ("model", "training", "metadata", "files"):
+        value = config.get(section)
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(f"{config_file}: its {section!r} section is not an object (a {type(value).__name__}); "
+                             "the file was edited or belongs to another tool")
+    training = config.get("training")
+    if training and not isinstance(training.get("config"), dict):
+        raise ValueError(f"{config_file}: its training section has no 'config' object; the file was edited")
+    for name in (config.get("files") or {}).values() or ["model.safetensors"]:
+        if os.path.lexists(path / str(name)):
+            input_file(path / str(name), "checkpoint tensor file")
+    return path
 
 
 def cmd_eval(args) -> int:
-    from interp.evaluate import BATCH_SIZE, checkpoint_task, evaluate_automaton, evaluate_splits, evaluate_tokens
-    from models import load, read_config
+    from interp.evaluate import BATCH_SIZE, evaluate_automaton, evaluate_splits, evaluate_tokens
+    from models import load
+
+    for option, value in (("--data", args.data), ("--splits", args.splits)):
+        if value is not None and not value.strip():   # not the default it would fall back to
+            raise ValueError(f"{option} is empty; give a value, or leave {option} out for the canonical splits")
+    from interp.tasks import check_draw_size
 
     batch_size = args.batch_size or BATCH_SIZE
+    check_draw_size(batch_size, 512, "sequences per batch (--batch-size)")
+    if args.n:
+        check_draw_size(args.n, 512, "sequences (-n)")
     checkpoint = checkpoint_dir(args.checkpoint)
-    task = checkpoint_task(read_config(checkpoint))
+    task = checkpoint_task_of(args, checkpoint)
+    if task not in ("flipflop", "automaton") and args.data:
+        raise ValueError(f"--data reads flip-flop files; a model of the {task} task is evaluated on its canonical "
+                         "splits (--splits)")
     if task == "automaton" and (args.data or args.splits):
         raise ValueError(f"{args.checkpoint} was trained on the automaton task; it is evaluated on fresh automaton "
                          "sequences, so --data and --splits (flip-flop sequences) do not apply")
@@ -137,8 +302,8 @@ def cmd_eval(args) -> int:
         tokens = read_sequences(args.data)[:args.n]
         results = {args.data: evaluate_tokens(model, tokens, args.data, batch_size, progress)}
     else:
-        splits = [s.strip() for s in (args.splits or "iid,sparse,dense").split(",") if s.strip()]
-        results = evaluate_splits(model, splits, n=args.n, batch_size=batch_size, progress=progress)
+        splits = [s.strip() for s in args.splits.split(",") if s.strip()] if args.splits else None
+        results = evaluate_splits(model, splits, n=args.n, batch_size=batch_size, progress=progress, task=task)
     if args.json:
         print(json.dumps({name: r.to_dict() for name, r in results.items()}, indent=2))
         return 0
@@ -154,64 +319,163 @@ def _print_table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title, caption=caption)
+    table = Table(title=shown(title), caption=caption)
     for col in columns:
         table.add_column(col, justify="right")
     for row in rows:
-        table.add_row(*row)
-    Console().print(table)
+        table.add_row(*map(shown, row))
+    plain_console().print(table)
+
+
+def shown(text) -> str:
+    """User text as printed: every control character but the newline (an escape sequence would
+    reach the terminal) written as its Python escape. Rich takes it with markup off
+    (:func:`plain_console`)."""
+    return "".join(ch if ch.isprintable() or ch in " \n" else ascii(ch)[1:-1] for ch in str(text))
+
+
+def plain_console():
+    """A rich console that takes ``[...]`` literally: paths and names are never markup."""
+    from rich.console import Console
+
+    return Console(markup=False, highlight=False)
+
+
+# The bound on one layer's attention maps a size option may ask for, and on explain's --pairs.
+ATTENTION_BYTES = 8 << 30
+MAX_PAIRS = 1024
+
+
+def check_attention_size(flag: str, value: int, sequences: int, heads: int, length: int) -> None:
+    """Refuse ``flag value`` when one layer's float32 attention maps ``[sequences, heads, T, T]``
+    at ``T = length`` would exceed :data:`ATTENTION_BYTES`, before anything is allocated."""
+    need = sequences * heads * length * length * 4
+    if need > ATTENTION_BYTES:
+        raise ValueError(f"{flag} {value}: one layer's attention maps of {sequences} sequences x {heads} heads at "
+                         f"T = {length} take {need / 2**30:,.0f} GiB, more than the {ATTENTION_BYTES >> 30} GiB "
+                         "limit (interp.cli.commands.ATTENTION_BYTES); ask for fewer or shorter sequences")
+
+
+def check_model_size(cfg) -> None:
+    """Refuse a model whose float32 parameters, with their gradients and AdamW's two moments, would
+    exceed :data:`ATTENTION_BYTES` (``--d-model 1000000``), before it is built: its blocks' weights
+    (4 d_model^2 + 2 d_model d_mlp each) and its position table (n_ctx x d_model)."""
+    d_mlp = cfg.d_mlp or 2 * cfg.d_model
+    params = cfg.n_layers * (4 * cfg.d_model ** 2 + 2 * cfg.d_model * d_mlp) + cfg.n_ctx * cfg.d_model
+    if 16 * params > ATTENTION_BYTES:
+        raise ValueError(f"--n-layers {cfg.n_layers}, --d-model {cfg.d_model}, --d-mlp {d_mlp}, --n-ctx {cfg.n_ctx}: "
+                         f"about {params:,} parameters, {16 * params / 2**30:,.0f} GiB to train, more than the "
+                         f"{ATTENTION_BYTES >> 30} GiB limit (interp.cli.commands.ATTENTION_BYTES)")
+
+
+def check_split_n(n: int, splits) -> None:
+    """Refuse ``-n`` beyond the largest of the canonical flip-flop ``splits``: it would mean the
+    whole of each, minutes of work that ``-n`` was given to avoid."""
+    from interp.tasks import SPLITS
+
+    largest = max(SPLITS[split].size for split in splits)
+    if n > largest:
+        raise ValueError(f"-n {n:,}: the {'/'.join(splits)} split{'s hold' if len(splits) > 1 else ' holds'} at most "
+                         f"{largest:,} sequences; ask for at most that many")
+
+
+def _recorded_heads(checkpoint: Path) -> int:
+    """The heads per layer a checkpoint's config records (1 if it records none)."""
+    from models import read_config
+
+    heads = read_config(checkpoint)["model"].get("n_heads", 1)
+    return heads if isinstance(heads, int) and heads > 0 else 1
 
 
 def cmd_diagnose(args) -> int:
     from interp.diagnose import diagnose
 
     options = {"n": args.n, "lengths": args.lengths, "n_cache_sequences": args.cache_sequences, "device": args.device}
-    result = diagnose(checkpoint_dir(args.checkpoint), args.out, progress=not args.quiet,
-                      **{k: v for k, v in options.items() if v is not None})
-    if args.json:
+    checkpoint = checkpoint_dir(args.checkpoint)
+    task = checkpoint_task_of(args, checkpoint)
+    if task == "flipflop" and args.n:
+        check_split_n(args.n, ("iid", "sparse", "dense"))
+    heads = _recorded_heads(checkpoint)
+    for length in args.lengths or ():
+        check_attention_size("--lengths", length, args.cache_sequences or 2, heads, length)
+    if task not in ("flipflop", "automaton"):   # a registered task of its own: interp.diagnose.task
+        from interp.diagnose.task import diagnose_task
+
+        if args.lengths:
+            raise ValueError(f"--lengths measures flip-flop attention across lengths; the {task} task is diagnosed "
+                             "at its own splits' lengths")
+        options.pop("lengths")
+        result = diagnose_task(checkpoint, args.out, task, overwrite=args.overwrite,
+                               **{k: v for k, v in options.items() if v is not None})
+    else:
+        result = diagnose(checkpoint, args.out, progress=not args.quiet, overwrite=args.overwrite,
+                          **{k: v for k, v in options.items() if v is not None})
+    if args.json:   # the JSON holds the reasons of what was skipped, under "skipped"
         print(json.dumps(result.metrics, indent=2))
         return 0
-    from rich.console import Console
+    metrics = result.metrics
+    for part, reason in [*((f"length {T}", r) for T, r in (metrics.get("lengths") or {}).get("skipped", {}).items()),
+                         *metrics.get("skipped", {}).items()]:
+        print(f"skipped {part}: {reason}", file=sys.stderr)
     from rich.table import Table
 
-    table = Table(title=f"{args.checkpoint} ({result.metrics['model']}): diagnosis")
+    table = Table(title=f"{shown(args.checkpoint)} ({result.metrics['model']}): diagnosis")
     for col in ("quantity", "value", "detail"):
         table.add_column(col, justify="right" if col == "value" else "left")
     for row in result.summary_rows():
-        table.add_row(*row, style="dim" if row[1] == "skipped" else None)
-    console = Console()
+        table.add_row(*map(shown, row), style="dim" if row[1] == "skipped" else None)
+    console = plain_console()
     console.print(table)
-    console.print(f"wrote {result.files['report']} ({result.metrics['timings_s']['total']:.1f} s); "
+    console.print(f"wrote {shown(result.files['report'])} ({result.metrics['timings_s']['total']:.1f} s); "
                   f"also {', '.join(sorted(p.name for k, p in result.files.items() if k != 'report'))}")
     return 0
 
 
 def cmd_explain(args) -> int:
-    from interp.explain import explain
+    from interp.explain import ANALYSES, explain
 
+    if args.pairs > MAX_PAIRS:
+        raise ValueError(f"--pairs {args.pairs}: each patching pass runs that many sequences, once per head, "
+                         f"position and path; at most {MAX_PAIRS} (docs/diagnostics.md \"What explain costs\")")
     result = explain(checkpoint_dir(args.checkpoint), args.out, split=args.split, n=args.n, pairs=args.pairs,
-                     device=args.device, progress=not args.quiet)
-    print("\n".join(result.lines()))
-    print(f"wrote {result.files['report']}; also {', '.join(sorted(p.name for k, p in result.files.items() if k != 'report'))}")
+                     device=args.device, progress=not args.quiet, overwrite=args.overwrite)
+    for kind, reason in result.summary["skipped"].items():
+        print(f"skipped {ANALYSES[kind]}: {reason}", file=sys.stderr)
+    print(shown("\n".join(result.lines())))
+    others = sorted(p.name for k, p in result.files.items() if k != "report")
+    print(f"wrote {shown(result.files['report'])}; also {', '.join(others)}")
     return 0
 
 
 def cmd_hunt(args) -> int:
-    from interp.evaluate import checkpoint_task
     from interp.hunt import OVERVIEW_COLUMNS, OVERVIEW_NOTE, hunt, overview_rows, shortest_rows, write_hunt
-    from models import load, read_config
+    from models import load
 
     checkpoint = checkpoint_dir(args.checkpoint)
-    if checkpoint_task(read_config(checkpoint)) == "automaton":
+    task = checkpoint_task_of(args, checkpoint)
+    if task == "automaton":
         raise ValueError(f"{args.checkpoint} was trained on the automaton task; hunt searches flip-flop sequences")
-    if args.out:
-        from interp.outputs import writable_dir
+    from interp.outputs import check_free, moved, staged, writable_dir
+    from interp.tasks import check_draw_size
 
-        writable_dir(args.out)
-    model = load(checkpoint, device=args.device)
+    if task != "flipflop":
+        return _task_hunt(args, checkpoint, task)
+
+    if args.out:
+        check_free(writable_dir(args.out), ("hunt.json",), args.overwrite)
+    heads = _recorded_heads(checkpoint)
+    for flag, length in (("--seq-len", args.seq_len), ("--max-len", args.max_len or 2 * args.seq_len)):
+        check_attention_size(flag, length, args.population, heads, length)
+    check_draw_size(args.budget, args.max_len or 2 * args.seq_len, "sequences (--budget)")
+    from interp.diagnose import require_finite
+
+    model = require_finite(load(checkpoint, device=args.device), args.checkpoint, "search's scores")
     result = hunt(model, budget=args.budget, seq_len=args.seq_len, max_len=args.max_len, p_i=args.p_i,
                   population=args.population, seed=args.seed, progress=not args.quiet)
-    files = write_hunt(result, args.out) if args.out else {}
+    files = {}
+    if args.out:
+        with staged(args.out, args.overwrite, ("hunt.json",)) as stage:
+            files = moved(write_hunt(result, stage), stage, args.out)
     if args.json:
         print(json.dumps(result.summary(), indent=2))
         return 0
@@ -223,39 +487,113 @@ def cmd_hunt(args) -> int:
     for error_type, method, *_, text in shortest:
         print(f"{error_type}, {method}: {text}")
     if files:
-        print(f"wrote {files['json']} and {len(files) - 1} files of failing sequences; re-check one with "
-              f"glitchlens eval {args.checkpoint} --data FILE")
+        print(shown(f"wrote {files['json']} and {len(files) - 1} files of failing sequences; re-check one with "
+                    f"glitchlens eval {args.checkpoint} --data FILE"))
     return 0
+
+
+def _task_hunt(args, checkpoint, task: str) -> int:
+    """``glitchlens hunt`` of a model of a registered task: random sampling from each split
+    (:mod:`interp.hunt.task`)."""
+    from interp.hunt.task import hunt_task, summary, write_task_hunt
+    from interp.outputs import check_free, writable_dir
+    from models import load
+
+    if args.out:
+        check_free(writable_dir(args.out), ("hunt.json",), args.overwrite)
+    result = hunt_task(load(checkpoint, device=args.device), task, budget=args.budget, seed=args.seed)
+    files = write_task_hunt(result, args.out) if args.out else {}
+    if args.json:
+        print(json.dumps(summary(result), indent=2))
+        return 0
+    rows = [(name, str(r["scored"]), str(r["failing_sequences"]), f"{r['answer_error_rate']:.2e}",
+             f"{100 * r['sequence_error_rate']:.1f}%") for name, r in result["splits"].items()]
+    _print_table(f"{shown(args.checkpoint)} ({task}): random hunt, {args.budget} sequences per split",
+                 ("split", "scored", "failing seqs", "answer error rate", "seq error rate"), rows)
+    if files:
+        print(shown(f"wrote {files['json']} and {len(files) - 1} files of failing sequences"))
+    return 0
+
+
+def cmd_check_task(args) -> int:
+    from interp.tasks import get_task
+    from interp.tasks.contract import check_task
+    from interp.tasks.registry import resolve
+
+    task = get_task(resolve(args.task))
+    checks = check_task(task)
+    for check in checks:
+        print(check.line())
+    failed = [check.name for check in checks if not check.passed]
+    print(f"{task.name}: {len(checks) - len(failed)} of {len(checks)} checks passed"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
 
 
 def cmd_reproduce(args) -> int:
     from interp import sweeps
-    from interp.reproduce import SCALES, TABLE1_MODELS, reproduce_recipes, reproduce_table1
-    from interp.studies import STUDIES, run_study
+    from interp.outputs import writable_dir
+    from interp.reproduce import SCALES, TABLE1_MODELS, check_configs
+    from interp.train_setup import output_lock
 
     models = tuple(args.models.split(",")) if args.models else TABLE1_MODELS
     scale = SCALES[args.scale] if args.steps is None else replace(SCALES[args.scale], steps=args.steps)
     sweeps.SHOW_PROGRESS = not args.quiet
-    if args.what in STUDIES:
+    from interp.outputs import check_free, linked_folders, record
+    from interp.studies import STUDIES
+
+    if args.seeds > MAX_SEEDS:
+        raise ValueError(f"--seeds {args.seeds:,}: a sweep runs at most {MAX_SEEDS} seeds per model "
+                         "(interp.cli.commands.MAX_SEEDS)")
+    reports = REPRODUCE_REPORTS["study" if args.what in STUDIES else args.what]
+    if args.what not in STUDIES:   # the names refused before --out is created (and locked)
+        for recipe in args.recipes.split(",") if args.what == "recipes" else [scale.recipe]:
+            check_configs(models, replace(scale, recipe=recipe))
+    else:
         if args.steps is not None:
             raise ValueError(f"--steps is for table1 and recipes: {args.what} fixes its runs' budgets "
                              "(interp/studies.py)")
         if args.device != "cpu":
             raise ValueError(f"--device is for table1 and recipes: {args.what} trains on the CPU "
                              "(interp/studies.py)")
+    out = Path(args.out)
+    if out.is_dir():   # before the runs; a run's files are written in their own folders
+        check_free(out, reports)
+        linked = linked_folders(out)
+        if linked:
+            raise ValueError(f"{linked[0]} is a symbolic link to a folder: the runs would be written outside "
+                             f"--out {args.out}; remove it or choose another --out")
+    with output_lock(writable_dir(out), " ".join(["glitchlens", *args.argv])):   # one sweep per --out
+        report = _reproduce(args, models, scale)
+    record(out, reports)
+    print(f"wrote {shown(args.out)}/{report}")
+    print(shown((Path(args.out) / report).read_text()))
+    return 0
+
+
+MAX_SEEDS = 1000
+# the reports each kind of sweep writes into --out
+REPRODUCE_REPORTS = {"table1": ("table1.csv", "table1.md"), "recipes": ("recipes.csv", "recipes.md"),
+                     "study": ("runs.csv", "summary.md")}
+
+
+def _reproduce(args, models: tuple[str, ...], scale) -> str:
+    """Run what ``glitchlens reproduce`` names; returns the report's file name."""
+    from interp.reproduce import reproduce_recipes, reproduce_table1
+    from interp.studies import STUDIES, run_study
+
+    if args.what in STUDIES:
         run_study(args.what, args.out, args.jobs, args.ray, train=not args.report_only)
         report = "summary.md"
     elif args.what == "recipes":
         reproduce_recipes(args.out, tuple(args.recipes.split(",")), models, args.seeds, args.jobs, scale,
-                          ray_address=args.ray, device=args.device)
+                          ray_address=args.ray, device=args.device, train=not args.report_only)
         report = "recipes.md"
     else:
         reproduce_table1(args.out, scale, args.seeds, args.jobs, models, train=not args.report_only,
                          ray_address=args.ray, device=args.device)
         report = "table1.md"
-    print(f"wrote {args.out}/{report}")
-    print((Path(args.out) / report).read_text())
-    return 0
+    return report
 
 
 def cmd_pretrained(args) -> int:
@@ -275,8 +613,8 @@ def cmd_pretrained(args) -> int:
             print(f"building {name}: {specimen(name, args.steps).command()}")
             try:
                 built = pretrained.build(name, steps=args.steps, root=args.root, from_run=args.from_run,
-                                         progress=not args.quiet)
-                print(f"wrote {built}")
+                                         progress=not args.quiet, overwrite=args.overwrite)
+                print(shown(f"wrote {built}"))
             except TrainingInterrupted:  # its run was in a temporary directory, now gone
                 print(f"glitchlens pretrained: interrupted; {name} not written", file=sys.stderr)
                 return 130
@@ -288,12 +626,15 @@ def cmd_pretrained(args) -> int:
         return 0
     rows = pretrained.listing(args.root, args.names)
     if args.json:
-        print(json.dumps(rows, indent=2))
+        try:
+            print(json.dumps(rows, indent=2, allow_nan=False))
+        except ValueError:
+            raise ValueError(f"--root {args.root}: an entry records a number that is not finite, which JSON "
+                             "cannot hold; rebuild it") from None
         return 0
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = plain_console()
     if args.names:
         for row in rows:
             console.print(_entry_table(row))
@@ -309,8 +650,8 @@ def cmd_pretrained(args) -> int:
         trained = f"{row['steps']}, T={row['seq_len']}"
         right = _sequences_right(row["accuracy"]) if row["built"] else "not built"
         beta = _betas(row["beta"]) if "beta" in row else ""
-        table.add_row(row["name"], row["model"], shape, trained, right, beta,
-                      f"{row['size_kb']:.0f} KB" if row["built"] else "-")
+        table.add_row(*map(shown, (row["name"], row["model"], shape, trained, right, beta,
+                                   f"{row['size_kb']:.0f} KB" if row["built"] else "-")))
     console.print(table)
     unbuilt = [row["name"] for row in rows if not row["built"]]
     if unbuilt:  # their build commands are in `list NAME` (models.pretrained.build_command imports torch)
@@ -354,18 +695,39 @@ def _entry_table(row: dict) -> Table:
     table.add_column(style="bold")
     table.add_column()
     for field, value in fields.items():
-        table.add_row(field, value)
+        table.add_row(field, shown(value))
     return table
 
 
 def cmd_figures(args) -> int:
     from interp.figures import make_figures
 
-    if args.table1 is not None and not Path(args.table1).is_file():
-        raise ValueError(f"--table1 {args.table1}: no such file (write one with `glitchlens reproduce table1`)")
-    written = make_figures(args.out, args.only, table1_csv=args.table1, progress=not args.quiet)
-    print(f"wrote {len(written)} figures (PNG, HTML, CSV each) to {args.out}; captions in "
-          f"{Path(args.out) / 'captions.json'}, all of them in {Path(args.out) / 'index.md'}")
+    if args.table1 is not None:
+        from interp.outputs import input_file
+
+        if not os.path.lexists(args.table1):
+            raise ValueError(f"--table1 {args.table1}: no such file (write one with `glitchlens reproduce table1`)")
+        input_file(args.table1, "--table1")
+    written = make_figures(args.out, args.only, table1_csv=args.table1, progress=not args.quiet,
+                           overwrite=args.overwrite)
+    print(shown(f"wrote {len(written)} figures (PNG, HTML, CSV each) to {args.out}; captions in "
+                f"{Path(args.out) / 'captions.json'}, all of them in {Path(args.out) / 'index.md'}"))
+    return 0
+
+
+def cmd_claims(args) -> int:
+    from interp import claims
+    from interp.claims import measure, sources
+
+    if args.measure is not None:
+        for path in measure.measure(args.measure):
+            print(shown(f"wrote {path}"), file=sys.stderr)
+        sources.clear()
+    frame = claims.table()
+    if args.write_docs:
+        for block in claims.write_docs(frame):
+            print(shown(f"rewrote {block}"), file=sys.stderr)
+    print(claims.render(frame, args.format), end="")
     return 0
 
 
@@ -376,10 +738,14 @@ def cmd_bench(args) -> int:
 
 
 def cmd_check_mechanism(args) -> int:
-    from interp.conformance import check_mechanism
+    from interp.conformance import CHECK_SECONDS, CheckTimedOut, check_mechanism, time_limit
     from models import mechanisms
 
-    name = mechanisms.load_spec(args.mechanism) if ":" in args.mechanism else args.mechanism
+    try:
+        with time_limit(CHECK_SECONDS):   # a module that never finishes importing
+            name = mechanisms.load_spec(args.mechanism) if ":" in args.mechanism else args.mechanism
+    except CheckTimedOut as err:
+        raise ValueError(f"importing {args.mechanism}: {err}") from None
     if not mechanisms.find_mechanism(name):
         raise ValueError(mechanisms.unknown_model(name))
     report = check_mechanism(name, args.device)
@@ -390,11 +756,12 @@ def cmd_check_mechanism(args) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"{name} ({report.source}) on {report.device}: conformance")
+    table = Table(title=escape(shown(f"{name} ({report.source}) on {report.device}: conformance")))
     for col in ("check", "result", "measured"):
         table.add_column(col)
     for check in report.checks:
-        table.add_row(check.name, "[green]PASS[/]" if check.passed else "[bold red]FAIL[/]", escape(check.detail))
+        passed = "[green]PASS[/]" if check.passed else "[bold red]FAIL[/]"
+        table.add_row(check.name, passed, escape(shown(check.detail)))
     console = Console()
     console.print(table)
     failed = [check.name for check in report.checks if not check.passed]

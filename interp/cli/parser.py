@@ -6,8 +6,14 @@ from __future__ import annotations
 
 import argparse
 
-from interp.cli.commands import (cmd_bench, cmd_check_mechanism, cmd_data, cmd_diagnose, cmd_eval, cmd_explain,
-                                 cmd_figures, cmd_hunt, cmd_pretrained, cmd_reproduce, cmd_train)
+from interp.cli.commands import (cmd_bench, cmd_check_mechanism, cmd_check_task, cmd_claims, cmd_data, cmd_diagnose,
+                                 cmd_eval, cmd_explain, cmd_figures, cmd_hunt, cmd_pretrained, cmd_reproduce, cmd_train)
+
+
+TASK_HELP = ("a registered task: flipflop, automaton, counting (1 variable), counting-3, counting-5, selective-copy "
+             "(CoPE Sec. 5.2-5.3), or your own as MODULE:CLASS (docs/guide.md \"Your own task\")")
+CHECKPOINT_TASK_HELP = ("the task the checkpoint was trained on, which it records (default: that one); MODULE:CLASS "
+                        "registers a task of your own first")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -69,21 +75,25 @@ def build_parser() -> argparse.ArgumentParser:
                        "`glitchlens pretrained list`); a path that exists wins over a name")
 
     p = command("data", "write flip-flop sequences in the text format (.jsonl or .parquet)")
-    p.add_argument("--split", choices=["train", "iid", "sparse", "dense"], required=True,
-                   help="a canonical split, or train: fresh FFL(0.8) sequences as training draws them")
+    p.add_argument("--task", default="flipflop", metavar="NAME|MODULE:CLASS", help=TASK_HELP)
+    p.add_argument("--split", required=True,
+                   help="a canonical split of the task (flipflop: iid, sparse, dense; `glitchlens check-task NAME` "
+                        "lists a task's), or train: fresh sequences as training draws them")
     p.add_argument("-n", type=positive_int, default=None,
                    help="number of sequences (default: the split's size; train: 1000)")
     p.add_argument("--seed", type=int, default=None,
                    help="sampling seed (default: the canonical split's own; train: a fresh random one)")
-    p.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="tokens per sequence (default: the split's; train: the task's training length)")
     p.add_argument("--out", type=output_path, required=True, help="file to write; .jsonl or .parquet")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists (without it, that is an error)")
     p.set_defaults(func=cmd_data)
 
     p = command("train", "train a model on a flip-flop task and save a checkpoint")
-    p.add_argument("--model", choices=model_names(), required=True,
+    p.add_argument("--model", choices=model_names(), default=None,
                    help="architecture: attention mechanism and position embedding (models/config.py), or a "
-                        "mechanism of your own (--mechanism)")
+                        "mechanism of your own (--mechanism); required, except with --resume, where the checkpoint "
+                        "in --out records it and every other setting")
     p.add_argument("--preset", choices=list(PRESETS), default="tiny",
                    help="sizes (layers x heads, d_model): " + "; ".join(
                        f"{name} {size['n_layers']} x {size['n_heads']}, {size['d_model']}"
@@ -105,11 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grad-clip", type=_clip_norm, default=None,
                    help="max gradient norm, or 'none' for no clipping (default: the recipe's; authors-notebook: "
                         "none, llama: 1.0)")
-    p.add_argument("--seq-len", type=int, default=512, help="training sequence length; also n_ctx unless --n-ctx")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="training sequence length (default: the task's, 512 for flipflop); also n_ctx unless --n-ctx "
+                        "(a task of its own: the longest of its splits)")
     p.add_argument("--loss", choices=["clean", "generative"], default="clean",
                    help="clean: only the bit after each r; generative: every next token")
-    p.add_argument("--task", choices=["flipflop", "automaton"], default="flipflop",
-                   help="flipflop: predict reads; automaton: the flip-flop automaton's state at every position")
+    p.add_argument("--task", default="flipflop", metavar="NAME|MODULE:CLASS",
+                   help="flipflop: predict reads; automaton: the flip-flop automaton's state at every position; "
+                        + TASK_HELP.removeprefix("a registered task: flipflop, automaton, "))
     p.add_argument("--mixture", action="store_true", help="train on the long-tailed FFL(0.8/0.98/0.1) mixture")
     p.add_argument("--p-bottom", type=float, default=0.5, help="automaton task: probability of a no-op")
     p.add_argument("--regulariser", choices=["none", "entropy", "l2", "linf"], default="none",
@@ -165,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("eval", "glitch rates and sequence accuracy of a checkpoint (automaton models: state accuracy on "
                         "fresh automaton sequences)")
     p.add_argument("checkpoint", help=checkpoint_help)
+    p.add_argument("--task", default=None, metavar="NAME|MODULE:CLASS", help=CHECKPOINT_TASK_HELP)
     p.add_argument("--splits", default=None, help="comma-separated canonical splits (default: iid,sparse,dense)")
     p.add_argument("--data", default=None, metavar="FILE",
                    help="evaluate the sequences of a .jsonl/.parquet file instead of the canonical splits")
@@ -180,8 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("diagnose", "evaluate a checkpoint, measure its attention, write a self-contained report")
     p.add_argument("checkpoint", help=checkpoint_help)
+    p.add_argument("--task", default=None, metavar="NAME|MODULE:CLASS", help=CHECKPOINT_TASK_HELP)
     p.add_argument("--out", type=output_path, required=True,
                    help="directory for report.html, metrics.json/.csv, glitches.csv, PNGs")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace files in --out that glitchlens did not write (without it, such a file is an error; "
+                        "its own earlier outputs are always replaced)")
     p.add_argument("-n", "--n", type=positive_int, default=None, help="first n sequences of each split (default: 32)")
     p.add_argument("--lengths", type=positive_int, nargs="+", default=None,
                    help="context lengths to measure attention at (default: 128 256 512 1024 2048)")
@@ -207,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "forward pass of this many sequences, so the time grows with it")
     p.add_argument("--out", type=output_path, required=True,
                    help="directory for report.md, explain.json, CSVs and PNGs")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace files in --out that glitchlens did not write (without it, such a file is an error; "
+                        "its own earlier outputs are always replaced)")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
     p.set_defaults(func=cmd_explain)
@@ -215,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "instruction and bit edits, longer sequences, denser distractors) against random sampling at "
                         "the canonical sparse and dense settings, at an equal budget")
     p.add_argument("checkpoint", help=checkpoint_help)
+    p.add_argument("--task", default=None, metavar="NAME|MODULE:CLASS", help=CHECKPOINT_TASK_HELP)
     p.add_argument("--budget", type=positive_int, default=1024,
                    help="sequences each method scores: the guided search and each random baseline (a quarter of "
                         "it shrinks the failures found)")
@@ -231,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=output_path, default=None, metavar="DIR",
                    help="write hunt.json and the failing sequences, one .jsonl per method and length, for "
                         "`glitchlens eval CKPT --data FILE`")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace files in --out that glitchlens did not write (without it, such a file is an error; "
+                        "its own earlier outputs are always replaced)")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
     p.add_argument("--json", action="store_true", help="print hunt.json instead of the tables")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
@@ -239,11 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("reproduce", "sweeps over models and seeds: the TRA paper's Table 1 (table1), or which training "
                              "recipe learns (recipes)")
     p.add_argument("what", choices=["table1", "recipes", "app-a", "tda-threshold", "tda-threshold-long",
-                                    "tda-threshold-4500", "sharpening", "mixture", "table1-budget"],
+                                    "tda-threshold-4500", "sharpening", "mixture", "table1-budget", "lstm-r2",
+                                    "app-a-extended", "r6-levers", "cope-tasks"],
                    help="which sweep (app-a: the TRA paper's App. A pair over seeds; tda-threshold: TDA at the paper's "
                         "beta = 1; sharpening: the flip-flop paper's attention-sharpening regularisers; mixture: "
                         "RoPE on a mixture of sparsities; table1-budget: the baselines at 3000 and 10,000 steps; "
-                        "interp/studies.py)")
+                        "lstm-r2: the flip-flop paper's LSTM recipe over 20 seeds; cope-tasks: CoPE, RoPE, APE and REL on "
+                        "CoPE's counting and selective copy, interp/cope_tasks.py; interp/studies.py)")
     p.add_argument("--scale", choices=["cpu", "learning", "paper"], default="cpu",
                    help="cpu: tiny models with 4 heads and the cpu-learning-authors recipe, 1000 steps at lr 1e-3, "
                         "batch 16, T = 512; learning: tiny models with 4 heads (recipe cpu-learning), 1000 steps at "
@@ -285,6 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="build: adopt a finished training run whose configuration equals the recipe's "
                         "(e.g. a `reproduce table1` run) instead of training again")
     p.add_argument("--json", action="store_true", help="list: print the entries' metadata as JSON")
+    p.add_argument("--overwrite", action="store_true",
+                   help="build: replace an entry already built in --root (the shipped ones included)")
     p.add_argument("--table1", action="store_true",
                    help="list: the GPU specimens' full-split accuracies beside the TRA paper's Table 1 (markdown)")
     p.add_argument("--quiet", action="store_true", help="build: no progress bars (they go to stderr)")
@@ -293,6 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("figures", "reproduce the papers' mechanistic figures on the pretrained models")
     p.add_argument("--out", type=output_path, required=True,
                    help="directory for the PNG/HTML/CSV files, captions.json and index.md")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace files in --out that glitchlens did not write (without it, such a file is an error; "
+                        "its own earlier outputs are always replaced)")
     p.add_argument("--only", nargs="+", metavar="NAME", default=None,
                    help="draw only these figures (names in interp.figures.FIGURE_NAMES, e.g. tra_vs_fot drift)")
     p.add_argument("--table1", default=None, metavar="CSV",
@@ -349,6 +381,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda (which also runs Triton kernels)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_check_mechanism)
+
+    p = command("check-task", "check that a task keeps the contract every tool relies on (seeded determinism, "
+                              "prefix-stable draws, splits, scored positions, answers consistent with the sequence); "
+                              "one line per check; exit status 1 if a check fails")
+    p.add_argument("task", metavar="NAME|MODULE:CLASS", help="a registered task, or the Task class to import and check")
+    p.set_defaults(func=cmd_check_task)
+
+    p = command("claims", "the papers' claims tested: every claim's paper number, ours computed from the committed "
+                          "runs, figures and specimen measurements, and the verdict by one rule (interp/claims)")
+    p.add_argument("--format", choices=["md", "csv", "json"], default="md", help="how to print the table")
+    p.add_argument("--write-docs", action="store_true",
+                   help="write the table, its counts and the sweeps' run counts between the generated markers of "
+                        "docs/results.md and README.md")
+    p.add_argument("--measure", nargs="*", metavar="NAME",
+                   help="first recompute these specimen measurements into runs/claims/ (none named: all of them; "
+                        "r1-checkpoints: the checkpoint study, a training run)")
+    p.set_defaults(func=cmd_claims)
     return parser
 
 

@@ -61,25 +61,30 @@ from interp.diagnose.sections import report_sections, specimen_name
 from interp.diagnose.summary import ATTENTION_FIELDS, FIELDS, Diagnosis, attention_fields, plain, tidy_frame
 from interp.evaluate import BATCH_SIZE, checkpoint_task, evaluate_reads
 from interp.metrics import DEFAULT_LENGTHS
-from interp.outputs import writable_dir
+from interp.outputs import check_free, moved, staged, writable_dir
 from models.attention.tda import threshold_betas
+
+
+# written by every diagnosis, checked before the work starts (the PNGs are checked before they move)
+OUTPUT_FILES = ("report.html", "metrics.json", "metrics.csv", "glitches.csv")
 
 
 def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse", "dense"), n: int | None = 32,
              lengths: Sequence[int] = DEFAULT_LENGTHS, n_cache_sequences: int = 2, sink_keys: Sequence[int] = (0, 1, 2, 3),
              sink_threshold: float = 0.3, heatmap_tokens: int = 128, batch_size: int = BATCH_SIZE,
-             device: str = "cpu", progress: bool = False) -> Diagnosis:
+             device: str = "cpu", progress: bool = False, overwrite: bool = False) -> Diagnosis:
     """Diagnose a checkpoint and write report.html, metrics.json, metrics.csv, glitches.csv
     and PNGs into ``out_dir`` (see the module docstring). ``n``: sequences per split (None:
     all). The defaults keep a ``mini`` checkpoint under a minute on a 2-core CPU.
     ``progress``: a bar on stderr, one step per split evaluated, per layer of each attention
-    run and per stage after them, saying which is running."""
+    run and per stage after them, saying which is running. ``overwrite``: replace files in
+    ``out_dir`` that this command did not write (:mod:`interp.outputs`)."""
     from models import load, read_config
 
     if checkpoint_task(read_config(checkpoint_path)) == "automaton":
         raise ValueError(f"{checkpoint_path} was trained on the automaton task; diagnose reads flip-flop splits. "
                          f"`glitchlens eval {checkpoint_path}` scores it on automaton sequences")
-    out_dir = writable_dir(out_dir)  # before minutes of work, not after
+    check_free(writable_dir(out_dir), OUTPUT_FILES, overwrite)  # before minutes of work, not after
     settings = {"splits": list(splits), "n": n, "lengths": list(lengths), "n_cache_sequences": n_cache_sequences,
                 "sink_keys": list(sink_keys), "sink_eps": sink_threshold, "heatmap_tokens": heatmap_tokens,
                 "batch_size": batch_size, "device": device}
@@ -94,7 +99,7 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
         bar.set_postfix_str(doing_next)   # drawn now: the next stage may be long
 
     bar.set_postfix_str("loading the model")
-    model = load(checkpoint_path, device=device)
+    model = require_finite(load(checkpoint_path, device=device), checkpoint_path, "diagnosis")
     layers, names = attention_hooks(model)
     bar.total += len(set(lengths)) * len(layers)
     lap("load", "evaluating")
@@ -132,13 +137,28 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
     if metrics["threshold_beta"] is None:
         metrics["skipped"]["threshold_beta"] = f"{model.cfg.model} has no threshold layer (only trela and tda do)"
     lap("metrics", "drawing the report")
-    files = write_outputs(Path(out_dir), metrics, frame, glitches, rates, probe)
-    lap("report", "done")
-    bar.refresh()   # the last state is drawn, whatever tqdm's minimum interval between draws
-    bar.close()
-    metrics["timings_s"] = {**timings, "total": clock[-1] - clock[0]}
-    files["metrics_json"].write_text(json.dumps(plain(metrics), indent=2, allow_nan=False) + "\n")
+    with staged(out_dir, overwrite, OUTPUT_FILES) as stage:
+        files = write_outputs(stage, metrics, frame, glitches, rates, probe)
+        lap("report", "done")
+        bar.refresh()   # the last state is drawn, whatever tqdm's minimum interval between draws
+        bar.close()
+        metrics["timings_s"] = {**timings, "total": clock[-1] - clock[0]}
+        files["metrics_json"].write_text(json.dumps(plain(metrics), indent=2, allow_nan=False) + "\n")
+    files = moved(files, stage, out_dir)
     return Diagnosis(Path(out_dir), plain(metrics), frame, glitches, files)
+
+
+def require_finite(model, checkpoint_path, what: str):
+    """``model``, if every parameter is finite; else a ValueError naming the first that is not:
+    its outputs, and so the ``what`` of them, would be NaN."""
+    from models.checkpoint import non_finite_tensors
+
+    bad = non_finite_tensors(model.state_dict())
+    if bad:
+        raise ValueError(f"{checkpoint_path}: parameter {bad[0]}{f' and {len(bad) - 1} more' if len(bad) > 1 else ''} "
+                         f"holds NaN or infinite values, so the {what} would be NaN: give a checkpoint of a run "
+                         "that did not diverge")
+    return model
 
 
 def write_outputs(out_dir: Path, metrics: dict, frame: pd.DataFrame, glitches: pd.DataFrame, rates: pd.DataFrame,

@@ -33,15 +33,15 @@ def report_sections(metrics: dict, frame: pd.DataFrame, glitches: pd.DataFrame, 
          figures(lambda b: plots.error_rate_chart(rates, series="split", backend=b), "error_by_dependency.png"),
          f"<p>{len(glitches)} glitches; the first {min(len(glitches), 20)} (all in glitches.csv):</p>"
          + table_html(glitches.head(20))])
+    # what does not apply opens the report, so that no part is missing without its reason in view
+    lengths_skipped = (metrics["lengths"] or {}).get("skipped", {})   # no lengths run without attention
+    skipped = [(f"length {T}", r) for T, r in lengths_skipped.items()] + list(metrics["skipped"].items())
+    top = [Section("Skipped", "Parts of the diagnosis that do not apply to this model, and why.",
+                   [table_html(pd.DataFrame(skipped, columns=["part", "reason"]))])] if skipped else []
     if probe is None:
-        return [evaluation, Section("Attention", "Attention maps and the TDA paper's metrics.",
-                                    skipped=metrics["skipped"]["maps"])]
-    sections = [evaluation, *heatmap_sections(metrics, probe, figures), *metric_sections(metrics, frame, figures)]
-    skipped = [(f"length {T}", r) for T, r in metrics["lengths"]["skipped"].items()] + list(metrics["skipped"].items())
-    if skipped:
-        sections.append(Section("Skipped", "Parts of the diagnosis that do not apply to this model.",
-                                [table_html(pd.DataFrame(skipped, columns=["part", "reason"]))]))
-    return sections
+        return [*top, evaluation, Section("Attention", "Attention maps and the TDA paper's metrics.",
+                                          skipped=metrics["skipped"]["maps"])]
+    return [*top, evaluation, *heatmap_sections(metrics, probe, figures), *metric_sections(metrics, frame, figures)]
 
 
 def heatmap_sections(metrics: dict, probe: LengthRun, figures: Figures) -> list[Section]:

@@ -151,7 +151,9 @@ def metric_rows(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def _overall_and_layers(rows: pd.DataFrame, how: str = "mean") -> dict:
-    return {"overall": rows.value.agg(how), "per_layer": summarise(rows, how=how).sort_values("layer").value.tolist()}
+    per_head = [column for column in ("head",) if column in rows]  # a per-layer metric (tails) has no heads
+    return {"overall": rows.value.agg(how),
+            "per_layer": summarise(rows, over=per_head, how=how).sort_values("layer").value.tolist()}
 
 
 def per_map(frame: pd.DataFrame, metric: str, how: str = "mean") -> dict:

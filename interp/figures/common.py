@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +22,7 @@ from tqdm.auto import tqdm
 import models
 from interp import plots
 from interp.metrics import DEFAULT_LENGTHS, Maps, capture_maps, last_write_attention, read_table
+from interp.outputs import check_free, moved, read_json, staged, writable_dir
 from interp.tasks import last_write_positions, load_split, read_mask
 
 # The specimens the figures are drawn on, named here alone: a figure takes its model from these
@@ -34,11 +36,13 @@ AUTOMATON_SHARP = "automaton-1l-sharp"
 # The App. A pair that the rule of ``glitchlens reproduce app-a`` chose (interp.studies.APP_A_RULE)
 TRA_APP_A, FOT_APP_A = "tra-app-a", "fot-app-a"
 DIFF, TRELA = "diff-mech", "trela-mech"
+# Every shipped specimen trained on the flip-flop language (the automaton ones are not)
+FLIPFLOP_SPECIMENS = (ROPE, TRA, FOT, TRA_APP_A, FOT_APP_A, COPE, DIFF, TRELA, TDA, TDA_BETA1)
 SEED = 0
 WINDOW_TOKENS = 80
 N_CANDIDATES = 8
 N_SEQUENCES = 4
-N_SWEEP_SEQUENCES = 2
+N_SWEEP_SEQUENCES = 100
 # Figures that draw an interval do so over at least this many sequences.
 N_SAMPLES = 100
 LENGTHS = DEFAULT_LENGTHS
@@ -256,13 +260,15 @@ def write_index(out: Path, captions: Mapping[str, str]) -> Path:
 
 def make_figures(out: str | Path, names: Sequence[str] | None = None, load: Loader | None = None,
                  table1_csv: str | Path | None = None, log: Callable[[str], None] = print,
-                 progress: bool = True) -> dict[str, list[Path]]:
+                 progress: bool = True, overwrite: bool = False) -> dict[str, list[Path]]:
     """Draw the figures ``names`` (default: all of :data:`FIGURES`) into ``out`` and
     return ``{stem: [png, html, csv]}``. ``load(name)``: the model loader (default
     :func:`models.load_pretrained`; each model is loaded once). ``table1`` is skipped, with a
     message, when ``table1_csv`` is not given or does not exist. ``captions.json`` and
     ``index.md`` cover every figure in ``out``, so ``names`` can redraw a few of them.
-    ``progress``: bars on stderr for the figures that run many sequences."""
+    ``progress``: bars on stderr for the figures that run many sequences. The files move into
+    ``out`` when every figure is drawn, never over a file not written by glitchlens unless
+    ``overwrite`` (:mod:`interp.outputs`)."""
     global SHOW_PROGRESS
     SHOW_PROGRESS = progress
     names = list(FIGURES) if names is None else list(names)
@@ -270,10 +276,23 @@ def make_figures(out: str | Path, names: Sequence[str] | None = None, load: Load
     if unknown:
         raise ValueError(f"unknown figures {unknown}; choose from {', '.join(FIGURES)}")
     load = functools.cache(load or models.load_pretrained)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = writable_dir(out)
+    check_free(out, INDEX_FILES, overwrite)
     captions_file = out / "captions.json"
-    captions = json.loads(captions_file.read_text()) if captions_file.exists() else {}
+    captions = read_json(captions_file, "captions file") if os.path.lexists(captions_file) else {}
+    if not isinstance(captions, dict):
+        raise ValueError(f"{captions_file}: not a figures captions file (a JSON object); pass --overwrite to "
+                         "replace it")
+    with staged(out, overwrite, INDEX_FILES) as stage:
+        written = _draw(names, load, table1_csv, log, progress, captions, out, stage)
+    return {stem: list(moved(dict(enumerate(paths)), stage, out).values()) for stem, paths in written.items()}
+
+
+INDEX_FILES = ("captions.json", "index.md")
+
+
+def _draw(names, load, table1_csv, log, progress, captions: dict, out: Path, stage: Path) -> dict[str, list[Path]]:
+    """:func:`make_figures`' work: the figures, ``captions.json`` and ``index.md`` written into ``stage``."""
     written = {}
     # the figures' own bars (progress_bar) open below this one; the estimate of what is left is
     # the mean time per figure so far (they differ: tda_diagnostics and drift are the longest)
@@ -296,11 +315,12 @@ def make_figures(out: str | Path, names: Sequence[str] | None = None, load: Load
         else:
             figures = FIGURES[name](load)
         for figure in figures:
-            written[figure.stem] = write_figure(figure, out)
+            written[figure.stem] = write_figure(figure, stage)
             captions[figure.stem] = figure.caption
         say(f"{name}: {', '.join(f.stem for f in figures)} ({time.perf_counter() - start:.1f} s)")
     figures_bar.close()
-    captions = {stem: captions[stem] for stem in sorted(captions) if (out / f"{stem}.png").exists()}
-    captions_file.write_text(json.dumps(captions, indent=2) + "\n")
-    write_index(out, captions)
+    captions = {stem: str(captions[stem]) for stem in sorted(captions) if stem in TITLES
+                and ((stage / f"{stem}.png").exists() or (out / f"{stem}.png").exists())}
+    (stage / "captions.json").write_text(json.dumps(captions, indent=2) + "\n")
+    write_index(stage, captions)
     return written

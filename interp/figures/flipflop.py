@@ -143,32 +143,53 @@ def trend_words(table: pd.DataFrame, width: int) -> str:
             f"at {LONG_IGNORES} or more {percent(long_rate, long_low, long_high)} of {long_reads}: {verdict}.")
 
 
+def spread_words(table: pd.DataFrame, width: int) -> str:
+    """How the wrong reads of a :func:`dependency_histogram` spread over its bins, in words: the
+    bins that hold one, the largest bin's share, and the share at ``LONG_IGNORES`` or more."""
+    wrong = table[table.n_errors > 0]
+    top = table.loc[table.share_of_errors.idxmax()]
+    long = table[table.ignores_since >= LONG_IGNORES].n_errors.sum() / table.n_errors.sum()
+    return (f"The wrong reads fall in {len(wrong)} of the {len(table)} bins that hold a read, at most "
+            f"{top.share_of_errors:.1%} in one ({top.ignores_since}-{top.ignores_since + width - 1} ignores; all reads "
+            f"put {top.share_of_reads:.1%} there), {long:.1%} at {LONG_IGNORES} or more ignores.")
+
+
 @caption("08_glitch_dependency_lengths")
 def caption_glitch_lengths(data: pd.DataFrame) -> str:
     width = one(data, "bin_width")
     n_reads, n_errors = int(data.n_reads.sum()), int(data.n_errors.sum())
-    return (f"Flip-flop paper Fig. 12 (right): dependency lengths (ignore instructions since the last read or "
-            f"write) of the wrong answers of {one(data, 'model')} on the first {one(data, 'n_sequences')} sequences "
-            f"of the {one(data, 'split')} split, beside those of all reads, in bins of {width}. "
-            + (f"{n_errors} of {n_reads} reads are wrong. {trend_words(data, width)} (95% Wilson intervals, the "
-               "reads taken as independent.)"
+    return (f"Flip-flop paper Fig. 12 (right): how the wrong answers of {one(data, 'model')} on the first "
+            f"{one(data, 'n_sequences')} sequences of the {one(data, 'split')} split spread over dependency lengths "
+            f"(ignore instructions since the last read or write), in bins of {width}. Top: each bin's share of all "
+            "wrong reads (the paper's histogram), beside its share of all reads; bottom: each bin's error rate "
+            "(wrong reads / reads in the bin) with its 95% Wilson interval. "
+            + (f"{n_errors} of {n_reads} reads are wrong. {spread_words(data, width)} {trend_words(data, width)} "
+               "(95% Wilson intervals, the reads taken as independent.)"
                if n_errors else f"No read of the {n_reads} is wrong: there is no error to histogram."))
 
 
 def glitch_lengths_figure(reads: pd.DataFrame, model_name: str, split: str) -> PaperFigure:
-    """The histogram of :func:`dependency_histogram` for all reads vs the wrong ones; a model
+    """Fig. 12 (right) from a :func:`read_table` frame: the share of the wrong reads per bin of
+    :func:`dependency_histogram` beside that of all reads, above the error rate per bin; a model
     with no wrong read gets the all-reads bars and a title that says so."""
     table = dependency_histogram(reads).assign(model=model_name, split=split, n_sequences=reads.seq.nunique(),
                                                bin_width=GLITCH_BIN)
-    bars = pd.concat([table.assign(reads="all reads", share=table.share_of_reads),
-                      table.assign(reads="wrong reads", share=table.share_of_errors)]).dropna(subset=["share"])
+    bars = pd.concat([table.assign(reads="wrong reads", share=table.share_of_errors),
+                      table.assign(reads="all reads", share=table.share_of_reads)]).dropna(subset=["share"])
     n_reads, n_errors = int(table.n_reads.sum()), int(table.n_errors.sum())
     title = (f"{model_name}, {split}: {n_errors} wrong of {n_reads} reads" if n_errors else
              f"{model_name}, {split}: no wrong read among {n_reads} reads")
-    return paper_figure("08_glitch_dependency_lengths", table,
-                        lambda b: plots.chart(bars, "ignores_since", "share", series="reads", kind="bar", title=title,
-                                              xlabel=f"ignores since the last w or r (bin start, width {GLITCH_BIN})",
-                                              ylabel="share of reads", backend=b))
+    xlabel = f"ignores since the last w or r (bin start, width {GLITCH_BIN})"
+
+    def draw(backend):
+        shares = plots.chart_panel(bars, "ignores_since", "share", series="reads", kind="bar", xlabel=xlabel,
+                                   ylabel="share of the reads", title="share of the wrong reads (and of all reads) per bin")
+        rates = plots.chart_panel(table.assign(reads="error rate"), "ignores_since", "error_rate", series="reads",
+                                  kind="bar", interval=("error_rate_low", "error_rate_high"), xlabel=xlabel,
+                                  ylabel="wrong / reads in bin", title="error rate per bin (95% Wilson interval)")
+        return plots.stacked_chart([shares, rates], title, backend=backend)
+
+    return paper_figure("08_glitch_dependency_lengths", table, draw)
 
 
 @register("glitch_lengths", {

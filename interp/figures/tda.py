@@ -11,13 +11,17 @@ import torch
 
 import models
 from interp import plots
+from models.attention.rope import apply_rope
 from interp.figures.common import (
-    LENGTHS, N_SAMPLES, N_SEQUENCES, N_SWEEP_SEQUENCES, ROPE, TDA_BETA1, TRA, Loader, PaperFigure, across_lengths,
-    caption, heatmap_sequence, length_ends, mean_words, one, paper_figure, per_sequence, register, shown_window,
+    FLIPFLOP_SPECIMENS, LENGTHS, N_SAMPLES, N_SEQUENCES, N_SWEEP_SEQUENCES, ROPE, TDA_BETA1, TRA, Loader,
+    PaperFigure, caption, heatmap_sequence, length_ends, mean_words, one, paper_figure,
+    per_sequence, progress_bar, register, shown_window,
 )
 from interp.metrics import (
-    capture_maps, cross_view_correlation, growth_exponent, inhibition, max_abs_weight, mean_interval, sink_ratio,
-    sparsity, summarise, survivor_counts, survivor_growth, tail_probabilities,
+    capture_maps, cross_view_correlation, growth_exponent, inhibition, last_row_dispersion, max_abs_weight,
+    mean_interval,
+    peak_cooccurrence, raw_logits, sink_ratio, sparsity, summarise, survivor_counts, survivor_growth,
+    tail_probabilities,
 )
 from interp.tasks import CANONICAL_SEQ_LEN, load_split
 
@@ -34,6 +38,8 @@ PEAK_RELATIONS = ("equal to view 1's", "below both views'", "between the views'"
 # The maps whose survivors 04 counts: TRA's twice, the keys its threshold keeps and those with a weight.
 SURVIVOR_MAPS = ((TDA_BETA1, "pattern"), (TRA, "mask"), (TRA, "pattern"))
 PAPER_CROSS_VIEW = {"trained": 0.1231, "untrained": 0.0752}
+# Table 7's P(|s| > 4 sigma): the smallest and largest of its six layers
+PAPER_TAIL_K4 = (0.0003, 0.0181)
 
 
 def sample_words(data: pd.DataFrame) -> str:
@@ -57,6 +63,7 @@ def peak_relations(data: pd.DataFrame) -> pd.DataFrame:
     as :data:`VIEWS`): the three peaks and the differential peak's relation to the views', one of
     :data:`PEAK_RELATIONS` (equal within ``SAME_PEAK``). A differential peak between the views' is
     most often an inhibitory entry, -lambda times view 2's peak."""
+    data = data[data.metric == "max_abs_weight"]
     peaks = data.pivot_table(index=["layer", "head"], columns="map", values="value").reset_index()
     differential, view_1, view_2 = peaks[VIEWS["pattern"]], peaks[VIEWS["view_1"]], peaks[VIEWS["view_2"]]
     peaks["relation"] = np.select([(differential - view_1).abs() <= SAME_PEAK,
@@ -64,6 +71,20 @@ def peak_relations(data: pd.DataFrame) -> pd.DataFrame:
                                    differential < np.maximum(view_1, view_2)],
                                   list(PEAK_RELATIONS[:3]), default=PEAK_RELATIONS[3])
     return peaks
+
+
+def cooccurrence_words(data: pd.DataFrame) -> str:
+    """The :func:`~interp.metrics.peak_cooccurrence` rows of 02b in words: how often view 2 weighs
+    view 1's peak key, per head, and what that leaves the difference to cancel."""
+    shares = data[data.metric == "view_2_at_view_1_peak"].dropna(subset=["value"])
+    if shares.empty:
+        return "View 1 has no non-zero weight in any row: there is no excitatory peak to cancel."
+    top = shares.loc[shares.value.idxmax()]
+    return (f"At view 1's peak (its largest weight in a row), view 2 is non-zero in {shares.value.min():.1%} to "
+            f"{shares.value.max():.1%} of the rows with an excitatory weight per head (mean {shares.value.mean():.1%}; "
+            f"the most in layer {top.layer} head {top['head']}, of {int(top.n_rows)} rows): only there can "
+            f"inhibition lower a peak, so in every head at least {1 - shares.value.max():.1%} of the row peaks pass "
+            "through the difference unchanged.")
 
 
 @caption("02b_tda_max_weight")
@@ -77,8 +98,9 @@ def caption_max_weight(data: pd.DataFrame) -> str:
                "In no head is the differential peak below both views', where the paper's Fig. 1b has it smaller "
                "than either.")
     return (f"TDA paper Fig. 1b: the largest |weight| per layer of {one(data, 'model')}'s view 1, view 2 and "
-            f"differential map on {sample_words(data)}. Of the {n_heads} heads, the differential map's peak is {counts}. "
-            f"{verdict}")
+            f"differential map on {sample_words(data)} (top), and per head the share of rows where view 2 is non-zero "
+            f"at view 1's peak key (bottom). Of the {n_heads} heads, the differential map's peak is {counts}. "
+            f"{verdict} {cooccurrence_words(data)}")
 
 
 @caption("02c_sink_ratio_vs_length")
@@ -89,6 +111,19 @@ def caption_sink_ratio(data: pd.DataFrame) -> str:
             "dashed), mean over layers and heads, against context length for "
             f"{' and '.join(dict.fromkeys(data.model))}; mean over {int(data.n.min())} FFL(0.8) sequences per "
             f"length, band and brackets the 95% t interval of the mean. {'; '.join(ends)}.")
+
+
+def peak_chart(data: pd.DataFrame, backend: str):
+    """02b: the largest |weight| per layer of each map, above the share of rows where view 2
+    weighs view 1's peak key, per layer and head."""
+    peaks = summarise(data[data.metric == "max_abs_weight"], how="max")
+    shares = data[data.metric == "view_2_at_view_1_peak"]
+    return plots.stacked_chart([
+        plots.chart_panel(peaks, "layer", series="map", kind="bar", ylabel="max |a_ij|",
+                          title="largest |weight| per layer"),
+        plots.chart_panel(shares.assign(head="head " + shares["head"].astype(str)), "layer", series="head", kind="bar",
+                          ylabel="share of rows", title="view 2 non-zero at view 1's peak key")],
+        "Peaks of TDA's views and differential map", backend=backend)
 
 
 @register("tda_diagnostics", {
@@ -104,7 +139,8 @@ def figure_tda_diagnostics(load: Loader, lengths: Sequence[int] = SINK_LENGTHS,
     _, maps = capture_maps(load(TDA_BETA1), load_split("iid", N_SEQUENCES), list(VIEWS))
     setting = dict(model=TDA_BETA1, n_sequences=N_SEQUENCES)
     zeros = pd.concat([sparsity(maps[hook], label) for hook, label in VIEWS.items()], ignore_index=True)
-    peaks = pd.concat([max_abs_weight(maps[hook], label) for hook, label in VIEWS.items()], ignore_index=True)
+    peaks = pd.concat([max_abs_weight(maps[hook], label) for hook, label in VIEWS.items()]
+                      + [peak_cooccurrence(maps["view_1"], maps["view_2"])], ignore_index=True)
 
     def sink(maps, name):
         ratio = sink_ratio(maps["pattern"], key_pos=[0])
@@ -115,7 +151,7 @@ def figure_tda_diagnostics(load: Loader, lengths: Sequence[int] = SINK_LENGTHS,
     sinks["trained_seq_len"] = sinks.model.map(lambda name: load(name).cfg.n_ctx)
     return [
         paper_figure("02a_tda_sparsity", zeros.assign(**setting), lambda b: plots.sparsity_chart(zeros, backend=b)),
-        paper_figure("02b_tda_max_weight", peaks.assign(**setting), lambda b: plots.max_abs_chart(peaks, backend=b)),
+        paper_figure("02b_tda_max_weight", peaks.assign(**setting), lambda b: peak_chart(peaks, b)),
         paper_figure("02c_sink_ratio_vs_length", sinks,
                      lambda b: plots.chart(sinks, "seq_len", "mean", series="model", interval=("mean_low", "mean_high"),
                                            reference=(list(lengths), [1.0] * len(lengths), "uniform"),
@@ -178,9 +214,12 @@ def caption_survivors(data: pd.DataFrame) -> str:
 @register("survivors", {"04_survivors_vs_length": "Surviving keys per query against context length (TDA paper Fig. 4)"})
 def figure_survivors(load: Loader, lengths: Sequence[int] = LENGTHS) -> list[PaperFigure]:
     """TDA paper Fig. 4: surviving keys per query against context length, per layer."""
-    counts = pd.concat([across_lengths(load, {name: hook}, lengths, N_SWEEP_SEQUENCES,
-                                       lambda m, name, hook=hook: survivor_counts(m, name=f"{name} {hook}"))
+    # a few sequences at a time (the maps at T = 2048 are 16 MB a sequence); every sequence of a
+    # length has as many queries, so the mean over sequences is the mean over all their queries
+    counts = pd.concat([per_sequence(load, {name: [hook]}, lengths, N_SWEEP_SEQUENCES,
+                                     lambda maps, name, hook=hook: survivor_counts(maps[hook], name=f"{name} {hook}"))
                         for name, hook in SURVIVOR_MAPS], ignore_index=True)
+    counts = counts.groupby(["layer", "head", "metric", "map", "seq_len"], as_index=False)["value"].mean()
     data = survivor_growth(counts).assign(n_sequences=N_SWEEP_SEQUENCES)
     data["model_layer"] = data["map"] + " L" + data.layer.astype(str)
     return [paper_figure("04_survivors_vs_length", data,
@@ -231,21 +270,82 @@ def figure_cross_view(load: Loader, n_samples: int = N_SAMPLES) -> list[PaperFig
                                                ylabel="Pearson r (mean, 95% CI)", backend=b))]
 
 
+# The raw logits of each view: its queries and keys before the L2 normalisation (TDA_BETA1's s are cosines).
+LOGIT_VIEWS = {"view 1": ("q", "k"), "view 2": ("q2", "k2")}
+
+
+def view_raw_logits(model, maps: dict[str, dict[int, torch.Tensor]], layer: int, view: str) -> torch.Tensor:
+    """:func:`~interp.metrics.raw_logits` of one view of one layer from the captured ``hook_q``,
+    ``hook_k`` (``hook_q2``, ``hook_k2``), rotated as the layer rotates them before normalising."""
+    q, k = (maps[hook][layer] for hook in LOGIT_VIEWS[view])
+    if model.blocks[layer].attn.options.rope:
+        q, k = apply_rope(q), apply_rope(k)
+    return raw_logits(q, k)
+
+
+def times(ratio: float) -> str:
+    """A ratio to a reference in words: ``x0.93``, ``x7.2``, ``x144``."""
+    return f"x{ratio:.2g}" if ratio < 10 else f"x{ratio:.0f}"
+
+
 @caption("06_logit_tails")
 def caption_logit_tails(data: pd.DataFrame) -> str:
-    top = data[data.k == data.k.max()]
-    return (f"TDA paper Table 7 (App. B.1): empirical P(|s| > k sigma) of {one(data, 'model')}'s raw logits per layer, "
-            "for both views (hook_scores_1, hook_scores_2: cosines of the L2-normalised q and k, our TDA's s; sigma "
-            f"the layer's standard deviation over causal entries), on {one(data, 'n_sequences')} iid sequences, beside "
-            f"N(0, 1) (dashed). At k = {data.k.max():g}: {top.value.min():.2g} to {top.value.max():.2g} against "
-            f"{top.gaussian.iloc[0]:.2g}. The CSV is the table: one row per layer, view and k.")
+    per_k = "; ".join(f"k = {k:g}: {rows.value.min():.2g} to {rows.value.max():.2g}, "
+                      f"{times(rows.value.min() / rows.gaussian.iloc[0])} to {times(rows.value.max() / rows.gaussian.iloc[0])}"
+                      f" N(0, 1)'s {rows.gaussian.iloc[0]:.2g}" for k, rows in data.groupby("k"))
+    return (f"TDA paper Table 7 (App. B.1): empirical P(|s - mean| > k sigma) of {one(data, 'model')}'s raw logits "
+            "s_ij = q_i . k_j / sqrt(d) per layer and view (hook_q, hook_k and hook_q2, hook_k2, rotated by RoPE, "
+            "before the L2 normalisation that makes TDA's scores cosines; mean and sigma per layer and view over "
+            f"the causal entries), on {one(data, 'n_sequences')} iid sequences of T = {one(data, 'seq_len')}, beside "
+            f"N(0, 1) (dashed). Over the {data.groupby(['layer', 'map']).ngroups} layer-views, {per_k} (the paper's "
+            f"layers at k = 4: {PAPER_TAIL_K4[0]:g} to {PAPER_TAIL_K4[1]:g}). The CSV is the table: one row per layer, view and k.")
 
 
-@register("logit_tails", {"06_logit_tails": "Tails of TDA's attention logits against a Gaussian (TDA paper Table 7)"})
+@register("logit_tails", {"06_logit_tails": "Tails of TDA's raw attention logits against a Gaussian (TDA paper Table 7)"})
 def figure_logit_tails(load: Loader, ks: Sequence[float] = (2, 3, 4)) -> list[PaperFigure]:
-    """TDA paper Table 7: P(|s| > k sigma) of the TDA specimen's raw logits per layer and view."""
-    _, maps = capture_maps(load(TDA_BETA1), load_split("iid", N_SEQUENCES), ["scores_1", "scores_2"])
-    data = pd.concat([tail_probabilities(maps[hook], ks, name=hook) for hook in ("scores_1", "scores_2")],
+    """TDA paper Table 7: P(|s - mean| > k sigma) of the TDA specimen's raw logits per layer and view."""
+    model = load(TDA_BETA1)
+    _, maps = capture_maps(model, load_split("iid", N_SEQUENCES), [hook for pair in LOGIT_VIEWS.values() for hook in pair])
+    data = pd.concat([tail_probabilities({layer: view_raw_logits(model, maps, layer, view)}, ks, name=view)
+                      for view in LOGIT_VIEWS for layer in sorted(maps["q"])],
                      ignore_index=True).assign(model=TDA_BETA1, n_sequences=N_SEQUENCES)
-    data["layer_scores"] = "L" + data.layer.astype(str) + " " + data["map"]
-    return [paper_figure("06_logit_tails", data, lambda b: plots.tail_chart(data, series="layer_scores", backend=b))]
+    data["layer_view"] = "L" + data.layer.astype(str) + " " + data["map"]
+    return [paper_figure("06_logit_tails", data, lambda b: plots.tail_chart(data, series="layer_view", backend=b))]
+
+
+@caption("13_non_dispersion")
+def caption_non_dispersion(data: pd.DataFrame) -> str:
+    per_model = summarise(data[data.metric == "last_row_dispersion"], over=("layer", "head"))
+    ends = "; ".join(f"{name} {first.value:.2g} to {last.value:.2g}" for name, _, first, last in length_ends(per_model))
+    return ("TDA paper Theorem 4.4 and Corollary 4.7 (non-dispersion, Sec. 3): E[H(a_i)] / log i, the effective "
+            "entropy of the last row of hook_pattern (all i = T keys visible; |weights| normalised to 1, an all-zero "
+            "row counted as entropy 0) over its maximum, mean over the sequences, layers and heads, against context "
+            f"length for every flip-flop specimen, on {one(data, 'n_sequences')} iid sequences per length. It tends to "
+            "1 for a dispersive mechanism (uniform attention: 1, dashed) and to 0 for a non-dispersive one, as the "
+            f"theorems claim for trela and TDA. From T = {data.seq_len.min()} to {data.seq_len.max()}: {ends}. The CSV "
+            "has each layer and head, and the share of all-zero last rows (zero_row_fraction).")
+
+
+@register("non_dispersion", {"13_non_dispersion": "Dispersion of attention against context length, every specimen "
+                                                   "(TDA paper Theorem 4.4, Corollary 4.7)"})
+def figure_non_dispersion(load: Loader, lengths: Sequence[int] = LENGTHS, names: Sequence[str] = FLIPFLOP_SPECIMENS,
+                          n: int = N_SEQUENCES) -> list[PaperFigure]:
+    """TDA paper Theorem 4.4 / Corollary 4.7: :func:`~interp.metrics.last_row_dispersion` of every
+    flip-flop specimen at each of ``lengths``, mean over ``n`` iid sequences run one at a time,
+    one layer's maps alive at a time."""
+    frames = []
+    for name in names:
+        model = load(name)
+        for T in progress_bar(lengths, f"{name}: dispersion over lengths"):
+            tokens = load_split("iid", n, seq_len=T)
+            for seq in range(n):
+                capture_maps(model, tokens[seq:seq + 1], ["pattern"], consume=lambda layer, maps: frames.append(
+                    last_row_dispersion({layer: maps["pattern"]}).assign(model=name)))
+    keys = ["model", "layer", "head", "metric", "seq_len"]
+    data = pd.concat(frames, ignore_index=True).groupby(keys, sort=False).value.mean().reset_index()
+    data = data.assign(n_sequences=n)
+    curves = summarise(data[data.metric == "last_row_dispersion"], over=("layer", "head"))
+    return [paper_figure("13_non_dispersion", data, lambda b: plots.chart(
+        curves, "seq_len", series="model", reference=(list(lengths), [1.0] * len(lengths), "uniform (dispersive)"),
+        title="Dispersion of the last row against context length", xlabel="context length T (keys visible to the row)",
+        ylabel="E[H(a_T)] / log T", log_x=True, y_range=(0, 1.5), legend_above=True, backend=b))]

@@ -173,8 +173,23 @@ def logit_split(content: torch.Tensor, position_term: torch.Tensor, allowed: tor
 
 def wilson_interval(count, n, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """The Wilson score interval of a binomial share ``count / n`` (arrays alike; NaN where
-    ``n`` is 0): what the share of ``n`` independent draws pins down at ``confidence``."""
+    ``n`` is 0): what the share of ``n`` independent draws pins down at ``confidence``
+    (Wilson 1927, the score interval)::
+
+        (p + z^2 / 2n -+ z sqrt(p (1 - p) / n + z^2 / 4n^2)) / (1 + z^2 / n),   p = count / n,
+
+    z the normal quantile at 1 - (1 - confidence) / 2. No paper of the four gives intervals:
+    they are the project's, on shares of reads. A count outside ``0..n``, a negative ``n`` or a
+    confidence outside (0, 1) is a ``ValueError`` naming the argument."""
     count, n = np.asarray(count, dtype=float), np.asarray(n, dtype=float)
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    if (n < 0).any():
+        raise ValueError(f"n must be >= 0, got {n[n < 0].ravel()[:3].tolist()}")
+    outside = (count < 0) | (count > n)
+    if outside.any():
+        raise ValueError(f"count must lie in 0..n, got count {np.broadcast_to(count, outside.shape)[outside][:3].tolist()}"
+                         f" for n {np.broadcast_to(n, outside.shape)[outside][:3].tolist()}")
     z = ndtri(1 - (1 - confidence) / 2)            # the normal quantile
     with np.errstate(invalid="ignore", divide="ignore"):
         share = count / n

@@ -32,7 +32,8 @@ from kernels.common import suffix_sum
 Maps = torch.Tensor | Mapping[int, torch.Tensor] | Sequence[torch.Tensor]
 
 # Columns that describe a row rather than identify it: summarise() never groups by them.
-DESCRIPTIVE = ("value", "gaussian", "sigma", "constant_view", "n_entries", "growth", "linear_reference")
+DESCRIPTIVE = ("value", "gaussian", "sigma", "mean", "constant_view", "n_entries", "n_rows", "growth",
+               "linear_reference")
 
 # Only guards 0 / 0 and log 0; all-zero rows are excluded before any entropy is averaged.
 EPS = 1e-12
@@ -114,29 +115,41 @@ def metric_frame(maps: Maps, name: str, stats: Callable[[torch.Tensor], dict[str
 def summarise(frame: pd.DataFrame, over: Sequence[str] = ("head",), how: str = "mean") -> pd.DataFrame:
     """Reduce ``value`` over the columns ``over`` (e.g. heads -> per layer; layers and heads ->
     overall, the paper's ``1/(LH) sum_{l,h}``), grouping by every other identifying column.
-    ``how``: any pandas reduction (``mean`` skips NaN, as the paper omits undefined layers)."""
+    ``how``: any pandas reduction (``mean`` skips NaN, as the paper omits undefined layers).
+    A name in ``over`` that is not a column of ``frame`` is a ``ValueError``."""
+    over = [over] if isinstance(over, str) else list(over)
+    missing = [c for c in over if c not in frame.columns]
+    if missing:
+        raise ValueError(f"over: {missing} {'is not a column' if len(missing) == 1 else 'are not columns'} of the "
+                         f"frame; choose from {[c for c in frame.columns if c not in DESCRIPTIVE]}")
     keys = [c for c in frame.columns if c not in over and c not in DESCRIPTIVE]
     return frame.groupby(keys, sort=True, dropna=False)["value"].agg(how).reset_index()
 
 
 def sparsity(maps: Maps, name: str = "pattern") -> pd.DataFrame:
-    """Fraction of causal entries that are exactly 0, per layer and head (App. E.1)::
+    """Fraction of causal entries that are exactly 0, per layer and head: TDA paper Sec. 5
+    ("Attention Sparsity", Fig. 1a) and App. E.1, on the weights applied to V (``hook_pattern``)
+    or one view (``hook_view_1``, ``hook_view_2``)::
 
         Sparsity^{l,h} = #{(b, i, j) : j <= i, A^{l,h}_bij = 0} / #{(b, i, j) : j <= i}
 
     Choice: the paper's numerator runs over all (i, j), which would also count the masked
     upper triangle (a dense map would score (T - 1) / (T + 1)); only causal entries count here.
+    A head whose causal entries hold a NaN (a diverged model) has sparsity NaN, not the share
+    of its finite zeros: a NaN is neither zero nor non-zero.
     Per layer / overall: ``summarise(frame)`` / ``summarise(frame, ("layer", "head"))``.
     """
     def stats(a):
         mask = causal(a.shape[-1], a.device)
-        return {"sparsity": ((a == 0) & mask).sum((0, 2, 3)) / (mask.sum() * a.shape[0])}
+        share = ((a == 0) & mask).sum((0, 2, 3)).double() / (mask.sum() * a.shape[0])
+        return {"sparsity": share.masked_fill((a.isnan() & mask).any(-1).any(-1).any(0), math.nan)}
 
     return metric_frame(maps, name, stats)
 
 
 def effective_entropy(a: torch.Tensor, eps: float = EPS) -> torch.Tensor:
-    """``[batch, head, query_pos]``: the Shannon entropy (nats) of the l1-normalised |weights| (Sec. 3)::
+    """``[batch, head, query_pos]``: the Shannon entropy (nats) of the l1-normalised |weights|, TDA paper
+    Sec. 3 ("Attention Dispersion", after Vasylenko et al. 2025), of any map (``hook_pattern``, a view)::
 
         p_ij = |a_ij| / max(||a_i||_1, eps),   H(a_i) = -sum_{j <= i} p_ij log max(p_ij, eps)
 
@@ -146,7 +159,11 @@ def effective_entropy(a: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     ``max(p, eps)`` has there the finite gradient ``log eps`` where ``xlogy(p, p)``'s would be
     NaN, and it differs from ``p log p`` only for ``0 < p < eps``, by at most ``eps / e`` per entry.
     """
-    p = l1_normalised(a, eps)
+    return shannon_entropy(l1_normalised(a, eps), eps)
+
+
+def shannon_entropy(p: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """``-sum_j p_j log max(p_j, eps)`` over the last axis of distributions ``p`` (nats)."""
     return -(p * p.clamp_min(eps).log()).sum(-1)
 
 
@@ -196,8 +213,31 @@ def entropy_summary(maps: Maps, eps: float = EPS, name: str = "pattern") -> pd.D
     return metric_frame(maps, name, stats)
 
 
+def last_row_dispersion(maps: Maps, eps: float = EPS, name: str = "pattern") -> pd.DataFrame:
+    """Non-dispersion, TDA paper Sec. 3 ("Attention Dispersion") with Theorem 4.4 (trela) and
+    Corollary 4.7 (TDA), read at the last query of the map, whose |S(T)| = T keys are all
+    visible, per layer and head, on the weights applied to V (``hook_pattern``)::
+
+        last_row_dispersion = E_b[H(a_T)] / log T,   H of :func:`effective_entropy`
+
+    Measured at several lengths T it is the paper's E[H(a_i)] / log i as i grows: -> 1 for a
+    dispersive mechanism (softmax; 1 exactly for uniform rows), -> 0 for a non-dispersive one
+    (the theorems' claim for trela and TDA). Choice: an all-zero row counts with H = 0, as the
+    paper's formula gives it (p_ij = 0 / (0 + eps)), where :func:`dispersion` leaves such rows
+    out; ``zero_row_fraction`` says how many there were. NaN for T = 1 (log 1 = 0).
+    """
+    def stats(a):
+        last = a[:, :, -1].double().abs()                           # [batch, head, key_pos]: row i = T, all causal
+        H = shannon_entropy(last / last.sum(-1, keepdim=True).clamp_min(eps), eps)
+        log_T = math.log(a.shape[-1]) if a.shape[-1] > 1 else math.nan
+        return {"last_row_dispersion": H.mean(0) / log_T, "zero_row_fraction": (last.sum(-1) == 0).double().mean(0)}
+
+    return metric_frame(maps, name, stats)
+
+
 def sink_ratio(maps: Maps, key_pos: Iterable[int] | None = None, name: str = "pattern") -> pd.DataFrame:
-    """The generalised sink ratio of Sec. 3 for each key position (default: all), per layer and head::
+    """The generalised sink ratio of the TDA paper, Sec. 3 ("Attention Sink", after Gu et al. 2025), for
+    each key position (default: all), per layer and head, on the weights applied to V (``hook_pattern``)::
 
         key_mass    A~_k      = 1/|R_k| sum_{i in R_k} |A_ik| / sum_{t <= i} |A_it|
         gsink_ratio gSinkRatio(k) = A~_k / A~_k^unif,   A~_k^unif = 1/|R_k| sum_{i in R_k} 1 / |S(i)|
@@ -206,8 +246,17 @@ def sink_ratio(maps: Maps, key_pos: Iterable[int] | None = None, name: str = "pa
     from both the mass and the uniform baseline keeps a dead row from reading as "no sink".
     1 for a uniform causal map at every k; T / H_T at k = 0 for one-hot rows on the first
     key (H_T the T-th harmonic number). ``gSinkRatio(k)`` of the paper (averaged over layers
-    and heads): ``summarise(frame, ("layer", "head"))``. NaN where R_k is empty.
+    and heads): ``summarise(frame, ("layer", "head"))``. NaN where R_k is empty. A ``key_pos``
+    outside ``0..T - 1`` of some map is a ``ValueError``.
     """
+    layers = by_layer(maps)
+    if key_pos is not None:
+        key_pos = [int(k) for k in key_pos]
+        shortest = min(a.shape[-1] for a in layers.values())
+        outside = [k for k in key_pos if not 0 <= k < shortest]
+        if outside:
+            raise ValueError(f"key_pos: {outside} outside the maps' key positions 0..{shortest - 1} (0-indexed: the "
+                             "paper's gSinkRatio(k) is key_pos = k - 1)")
     def stats(a):
         T = a.shape[-1]
         mass = l1_normalised(a, torch.finfo(torch.float32).tiny).sum((0, 2)).double()  # [head, key_pos]
@@ -215,8 +264,8 @@ def sink_ratio(maps: Maps, key_pos: Iterable[int] | None = None, name: str = "pa
         S = torch.arange(1, T + 1, device=a.device).double()    # |S(i)|
         return {"key_mass": mass / suffix_sum(live), "gsink_ratio": mass / suffix_sum(live / S)}
 
-    frame = metric_frame(maps, name, stats, position="key_pos")
-    return frame if key_pos is None else frame[frame.key_pos.isin(list(key_pos))].reset_index(drop=True)
+    frame = metric_frame(layers, name, stats, position="key_pos")
+    return frame if key_pos is None else frame[frame.key_pos.isin(key_pos)].reset_index(drop=True)
 
 
 def sink_eps(sink_frame: pd.DataFrame, eps: float = 0.3) -> pd.DataFrame:
@@ -232,15 +281,17 @@ def sink_eps(sink_frame: pd.DataFrame, eps: float = 0.3) -> pd.DataFrame:
 
 
 def max_abs_weight(maps: Maps, name: str = "pattern") -> pd.DataFrame:
-    """max_{b, i, j <= i} |A_bij| per layer and head (Fig. 1b); per layer: ``summarise(frame, how="max")``.
-    Call once per map (pattern, view_1, view_2) and concatenate."""
+    """max_{b, i, j <= i} |A_bij| per layer and head (TDA paper Sec. 5, Fig. 1b); per layer:
+    ``summarise(frame, how="max")``. Call once per map (``hook_pattern``, ``hook_view_1``,
+    ``hook_view_2``) and concatenate; :func:`peak_cooccurrence` says whether the views' peaks meet."""
     return metric_frame(maps, name, lambda a: {"max_abs_weight": magnitudes(a).amax((0, 2, 3))})
 
 
 def survivor_counts(maps: Maps, name: str = "pattern") -> pd.DataFrame:
     """Mean number of surviving (non-zero) keys per query, #{j <= i : A_ij != 0}, over the
-    batch and all query positions, per layer and head (App. B.2). No padding exists here, so
-    every token is a relevant one."""
+    batch and all query positions, per layer and head (TDA paper App. B.2, Fig. 4), on
+    ``hook_pattern`` (or TRA's ``hook_mask``, the keys its threshold keeps). No padding exists
+    here, so every token is a relevant one."""
     def stats(a):
         alive = (a != 0) & causal(a.shape[-1], a.device)
         return {"survivors": alive.sum(-1).double().mean((0, 2))}
@@ -297,14 +348,8 @@ def cross_view_correlation(view_1: Maps, view_2: Maps, name: str = "views") -> p
     makes r undefined: value NaN and ``constant_view`` True (the paper omits such layers
     from its averages, as ``summarise`` does). Computed in float64.
     """
-    views_1, views_2 = by_layer(view_1), by_layer(view_2)
-    if views_1.keys() != views_2.keys():
-        raise ValueError(f"the views cover different layers: {sorted(views_1)} vs {sorted(views_2)}")
     rows = []
-    for layer, a1 in views_1.items():
-        a2 = views_2[layer]
-        if a1.shape != a2.shape:
-            raise ValueError(f"layer {layer}: view shapes differ, {tuple(a1.shape)} vs {tuple(a2.shape)}")
+    for layer, (a1, a2) in paired_views(view_1, view_2).items():
         mask = causal(a1.shape[-1], a1.device)
         for head in range(a1.shape[1]):
             x, y = (v[:, head].masked_select(mask).double() for v in (a1, a2))
@@ -316,27 +361,82 @@ def cross_view_correlation(view_1: Maps, view_2: Maps, name: str = "views") -> p
     return pd.DataFrame(rows)
 
 
+def paired_views(view_1: Maps, view_2: Maps) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """``{layer: (view 1, view 2)}``; the views must cover the same layers with the same shapes."""
+    views_1, views_2 = by_layer(view_1), by_layer(view_2)
+    if views_1.keys() != views_2.keys():
+        raise ValueError(f"the views cover different layers: {sorted(views_1)} vs {sorted(views_2)}")
+    for layer, a1 in views_1.items():
+        if a1.shape != views_2[layer].shape:
+            raise ValueError(f"layer {layer}: view shapes differ, {tuple(a1.shape)} vs {tuple(views_2[layer].shape)}")
+    return {layer: (a1, views_2[layer]) for layer, a1 in views_1.items()}
+
+
+def peak_cooccurrence(view_1: Maps, view_2: Maps, name: str = "views") -> pd.DataFrame:
+    """Whether TDA's inhibitory view can lower the excitatory peak (TDA paper Sec. 5, "Attention
+    Sink", Fig. 1b: the differential map a^(1) - lambda a^(2) of Sec. 4.2 has smaller peaks than
+    either view), per layer and head, on ``hook_view_1`` and ``hook_view_2``::
+
+        view_2_at_view_1_peak = #{(b, i) : a^(2)_{b,i,j*} != 0} / #{(b, i) : a^(1)_{b,i} not all 0},
+        j* = argmax_{j <= i} a^(1)_bij
+
+    the share of the rows with an excitatory weight whose largest one (first on ties) view 2
+    also weighs: only there can the difference be below view 1's peak. ``n_rows`` counts the
+    rows with an excitatory weight; NaN where there is none.
+    """
+    parts = []
+    for layer, (a1, a2) in paired_views(view_1, view_2).items():
+        mask = causal(a1.shape[-1], a1.device)
+        excitatory = a1.float().masked_fill(~mask, -math.inf)
+        peak = excitatory.argmax(-1, keepdim=True)                              # [batch, head, query_pos, 1]
+        live = (a1 != 0).logical_and(mask).any(-1)                              # [batch, head, query_pos]
+        both = (a2.gather(-1, peak)[..., 0] != 0) & live
+        n_rows = live.sum((0, 2))
+        frame = metric_frame({layer: a1}, name,
+                             lambda a: {"view_2_at_view_1_peak": both.sum((0, 2)).double() / n_rows})
+        parts.append(frame.assign(n_rows=n_rows.cpu().numpy()))
+    return pd.concat(parts, ignore_index=True)
+
+
 def gaussian_tail(k: float) -> float:
     """P(|Z| > k) for Z ~ N(0, 1) = erfc(k / sqrt 2): 0.0455, 0.0027, 6.33e-5 at k = 2, 3, 4."""
     return math.erfc(k / math.sqrt(2.0))
 
 
-def tail_probabilities(scores: Maps, ks: Sequence[float] = (2, 3, 4), name: str = "attn_scores") -> pd.DataFrame:
-    """Empirical P(|s| > k sigma) of the raw logits per layer (App. B.1, Table 7), pooled over
-    the batch, the heads and the causal entries, next to the Gaussian reference::
+def raw_logits(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The raw logits of the TDA paper's App. B.1, ``s_ij = q_i . k_j / sqrt(d)`` (Sec. 3's S), as
+    ``[batch, head, query_pos, key_pos]`` in float32, from queries and keys ``[batch, pos, head,
+    d_head]`` before any normalisation: ``hook_q``/``hook_k`` (view 2: ``hook_q2``/``hook_k2``) with
+    the mechanism's rotation applied (RoPE for trela and TDA, ``models.attention.rope.apply_rope``),
+    not their L2-normalised cosines (``hook_scores_1``, bounded by 1). Entries j > i are computed
+    too; :func:`tail_probabilities` reads the causal ones only."""
+    if q.ndim != 4 or q.shape != k.shape:
+        raise ValueError(f"q and k must both be [batch, pos, head, d_head], got {tuple(q.shape)} and {tuple(k.shape)}")
+    return torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) / math.sqrt(q.shape[-1])
 
-        value = #{|s_bhij| > k sigma : j <= i} / #{j <= i},   sigma = std(s) over the same entries
 
-    As in Table 7, |s| is not centred (the sub-Gaussian assumption is mean-zero) while sigma
-    is the ordinary standard deviation. Columns ``k``, ``gaussian``, ``sigma``; no ``head``.
+def tail_probabilities(scores: Maps, ks: Sequence[float] = (2, 3, 4), name: str = "raw_logits") -> pd.DataFrame:
+    """Empirical tail probabilities of the TDA paper's Table 7 (App. B.1) per layer, pooled over
+    the batch, the heads and the causal entries of ``scores`` (:func:`raw_logits`), next to the
+    Gaussian reference P(|Z| > k) (:func:`gaussian_tail`)::
+
+        value = #{(b, h, i, j) : j <= i, |s_bhij - mean| > k sigma} / #{j <= i}
+
+    with mean and sigma (``ddof=1``) of s over the same entries, "sigma the per-layer standard
+    deviation". Choice: the paper writes P(|s| > k sigma); the deviations are counted from the
+    mean, so that the statistic is that of the standardised logit, the quantity N(0, 1) is the
+    reference for (the two agree for the mean-zero logits Assumption 4.1 posits; the ``mean``
+    column shows how far from it the logits are). Columns ``k``, ``gaussian``, ``mean``,
+    ``sigma``, ``n_entries``; no ``head``.
     """
     rows = []
     for layer, s in by_layer(scores).items():
         T = s.shape[-1]
-        s = s.float().masked_select(causal(T, s.device))
-        sigma = float(s.std())
+        s = s.double().masked_select(causal(T, s.device))
+        mean, sigma = float(s.mean()), float(s.std())
+        deviation = (s - mean).abs()
         for k in ks:
             rows.append({"layer": layer, "k": k, "metric": "tail_probability",
-                         "value": int((s.abs() > k * sigma).sum()) / s.numel(), "gaussian": gaussian_tail(k),
-                         "sigma": sigma, "n_entries": s.numel(), "map": name, "seq_len": T})
+                         "value": int((deviation > k * sigma).sum()) / s.numel(), "gaussian": gaussian_tail(k),
+                         "mean": mean, "sigma": sigma, "n_entries": s.numel(), "map": name, "seq_len": T})
     return pd.DataFrame(rows)

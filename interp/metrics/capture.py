@@ -77,7 +77,15 @@ def capture_maps(model, tokens: np.ndarray, names: Sequence[str],
 def heatmap_window(T: int, wrong: list[int], size: int) -> tuple[int, int]:
     """``size`` tokens (even) of a length-``T`` sequence ending just after its first wrong read
     (or position) in ``wrong``, or its last tokens when there is none: a 512 x 512 map is an
-    unreadable blur."""
+    unreadable blur. ``T`` >= 1, ``size`` >= 2 and ``wrong`` inside ``0..T - 1``, or a ``ValueError``
+    naming the argument."""
+    if T < 1:
+        raise ValueError(f"T must be >= 1, got {T}")
+    if size < 2:
+        raise ValueError(f"size must be >= 2 tokens (even), got {size}")
+    outside = [p for p in wrong if not 0 <= p < T]
+    if outside:
+        raise ValueError(f"wrong: positions {outside[:3]} outside the sequence's 0..{T - 1}")
     size = min(T, size - size % 2)
     stop = min(T, max(size, min(wrong) + 2)) if wrong else T
     return stop - size, stop

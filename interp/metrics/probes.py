@@ -26,6 +26,7 @@ import torch
 from interp.metrics.attention import Maps, by_layer, metric_frame, causal
 from interp.tasks.automaton import BOTTOM
 from interp.tasks.flipflop import D_VOCAB, IGNORE, ONE, VOCAB, WRITE, ZERO, last_write_positions, read_mask
+from interp.tasks.text import FlipFlopFormatError, check_tokens
 
 # The share of a head's weight that moves the bit into a position (propagate_bit_carriers). The final
 # layers of tra-mech and fot-mech score the same for any share from 0.02 to 0.2 (256 iid sequences); above
@@ -59,6 +60,10 @@ def read_table(tokens, predicted) -> pd.DataFrame:
         seq, pos = np.argwhere(outside)[0]
         raise ValueError(f"tokens: id {tokens[seq, pos]} at sequence {seq}, position {pos} is not in the flip-flop "
                          f"vocabulary 0..{D_VOCAB - 1}")
+    try:  # a read that contradicts its last write would score a right answer as a glitch
+        check_tokens(tokens)
+    except FlipFlopFormatError as err:
+        raise ValueError(f"tokens: {err} (only flip-flop sequences, each ending in a read, are scored)") from None
     if predicted.shape == (tokens.shape[0], tokens.shape[1] - 1):
         predicted = np.pad(predicted, ((0, 0), (0, 1)), constant_values=-1)
     if tokens.shape != predicted.shape:

@@ -26,16 +26,19 @@ a chart's log axis is labelled at the lengths measured, a rate or count axis sta
 """
 
 from interp.plots.charts import (
-    chart, correlation_chart, dispersion_chart, dla_chart, error_rate_chart, in_given_order, max_abs_chart,
-    series_traces, sink_ratio_chart, sparsity_chart, survivor_chart, table1_chart, tail_chart,
+    chart, chart_panel, correlation_chart, dispersion_chart, dla_chart, error_rate_chart, in_given_order,
+    max_abs_chart, series_traces, sink_ratio_chart, sparsity_chart, stacked_chart, survivor_chart, table1_chart,
+    tail_chart,
 )
 from interp.plots.heatmaps import (
     attention_grid, automaton_heatmap_grid, compare, heatmap, heatmap_grid, layer_head_panels, patching_heatmap,
+    task_heatmap_grid,
 )
 from interp.plots.layout import (
     AUTOMATON_WRITE_COLOR, CELL_PX, DIVERGING, HIDDEN_COLOR, IDEAL_COLOR, MAX_LOG_TICKS, MPL_PT_PER_PX,
     MPL_PX_PER_INCH, PANEL_PX, ROLE_COLOR, SEQUENTIAL, TEXT_COLOR, TICK_FONT_PX, TICK_SPACING_PX, WRONG_COLOR,
     ZERO_COLOR, AxisStyle, ColourScale, GridSize, Panel, TokenAxis, colour_scales, log_ticks, panel_px, token_axis,
+    TASK_ROLE_COLOR, task_axis,
 )
 from interp.plots.output import CHART_HEIGHT_PX, InlineFigure, html_page, inline, save, to_html
 from interp.plots.render import draw

@@ -49,6 +49,16 @@ def chart(frame: pd.DataFrame, x: str, y: str = "value", *, series: str | None =
     as :class:`~interp.plots.layout.AxisStyle` says: a log x axis is labelled at the x values
     themselves. Lines have dots on their points where there are at most 32 (a long line, one
     point per position, stays a line)."""
+    panel = chart_panel(frame, x, y, series=series, kind=kind, reference=reference, interval=interval, xlabel=xlabel,
+                        ylabel=ylabel, log_x=log_x, log_y=log_y, y_range=y_range)
+    return draw(Chart([panel], title, legend=bool(series or reference), legend_above=legend_above), backend)
+
+
+def chart_panel(frame: pd.DataFrame, x: str, y: str = "value", *, series: str | None = None, kind: str = "line",
+                reference: tuple[Sequence, Sequence, str] | None = None, interval: tuple[str, str] | None = None,
+                xlabel: str | None = None, ylabel: str | None = None, log_x: bool = False, log_y: bool = False,
+                y_range: tuple[float, float] | None = None, title: str = "") -> ChartPanel:
+    """One panel of :func:`chart` (its arguments), for :func:`stacked_chart` to draw with others."""
     if kind not in ("line", "bar"):
         raise ValueError(f"kind must be 'line' or 'bar', got {kind!r}")
     data = frame.sort_values([x] + ([series] if series else []))
@@ -71,8 +81,18 @@ def chart(frame: pd.DataFrame, x: str, y: str = "value", *, series: str | None =
               for n, (name, rows) in enumerate(series_traces(data, series))]
     if reference:
         traces.append(Series(reference[2], reference_x, reference_y, "reference", hover=False))
-    return draw(Chart([ChartPanel(traces, xaxis, yaxis)], title, legend=bool(series or reference),
-                      legend_above=legend_above), backend)
+    return ChartPanel(traces, xaxis, yaxis, title=title)
+
+
+def stacked_chart(panels: Sequence[ChartPanel], title: str, backend: str = "plotly"):
+    """:func:`chart_panel` panels one above the other, each with its own title and y axis, sharing
+    the x axis; every panel's series in the legend (a series in two panels, once)."""
+    seen = set()
+    for panel in panels:
+        for trace in panel.series:
+            trace.legend, seen = trace.name not in seen, seen | {trace.name}
+    size = FigureSize((720, 160 + 260 * len(panels)), (6.4, 1.2 + 2.6 * len(panels)))
+    return draw(Chart(list(panels), title, legend=True, size=size, shared_x=True), backend)
 
 
 def _rows(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -135,12 +155,13 @@ def dispersion_chart(frame: pd.DataFrame, series: str = "layer", backend: str = 
 
 
 def tail_chart(frame: pd.DataFrame, series: str = "layer", backend: str = "plotly"):
-    """P(|s| > k sigma) of the raw logits per layer next to N(0, 1) (TDA Table 7)."""
+    """P(|s - mean| > k sigma) of the raw logits per layer next to N(0, 1) (TDA Table 7), from
+    :func:`~interp.metrics.tail_probabilities` frames."""
     data = _rows(frame, "tail_probability")
     gaussian = data.drop_duplicates("k").sort_values("k")
     return chart(data, "k", series=_series(data, series), kind="bar",
                  reference=(list(gaussian.k), list(gaussian.gaussian), "N(0, 1)"), title="Tail probabilities of logits",
-                 xlabel="k", ylabel="P(|s| > k sigma)", log_y=True, backend=backend)
+                 xlabel="k", ylabel="P(|s - mean| > k sigma)", log_y=True, backend=backend)
 
 
 def correlation_chart(frame: pd.DataFrame, series: str = "map", backend: str = "plotly"):

@@ -12,7 +12,7 @@ import torch
 
 from interp.metrics import Maps, by_layer
 from interp.plots.describe import FigureSize, HeatmapGrid, ValueGrid
-from interp.plots.layout import ColourScale, automaton_axis, token_axis
+from interp.plots.layout import ColourScale, automaton_axis, task_axis, token_axis
 from interp.plots.render import draw
 
 
@@ -63,6 +63,16 @@ def automaton_heatmap_grid(panels: Mapping[str, torch.Tensor], inputs, *,
     wrong_of = wrong if isinstance(wrong, Mapping) else dict.fromkeys(panels, wrong)
     axes = {title: automaton_axis(inputs, wrong_of[title], window, stride, max_ticks) for title in panels}
     return draw(HeatmapGrid.of(panels, axes, shared_scale=True), backend)
+
+
+def task_heatmap_grid(panels: Mapping[str, torch.Tensor], task, tokens, *, wrong: Iterable[int] = (),
+                      window: tuple[int, int] | None = None, stride: int = 1, max_ticks: int | None = None,
+                      backend: str = "plotly"):
+    """:func:`heatmap_grid` for one input sequence ``[T]`` of a registered task (``interp.tasks.get_task``):
+    axes labelled and coloured by the task's tokens and roles, each scored position's evidence
+    cell outlined (:func:`interp.plots.layout.task_axis`). All panels share one colour scale."""
+    axis = task_axis(task, tokens, wrong, window, stride, max_ticks)
+    return draw(HeatmapGrid.of(panels, axis, shared_scale=True), backend)
 
 
 def layer_head_panels(maps: Maps, seq: int = 0, prefix: str = "") -> dict[str, torch.Tensor]:

@@ -123,6 +123,40 @@ def automaton_axis(inputs, wrong: Iterable[int] = (), window: tuple[int, int] | 
     return axis
 
 
+# The colour of each role a task gives its tokens (interp.tasks.Task.roles); other tokens are TEXT_COLOR.
+TASK_ROLE_COLOR = {"write": ROLE_COLOR[WRITE], "read": ROLE_COLOR[READ], "set": ROLE_COLOR[WRITE],
+                   "incr": "#33a02c", "print": ROLE_COLOR[READ], "pass": "#a6a6a6", "blank": "#a6a6a6",
+                   "separator": ROLE_COLOR[READ]}
+
+
+def task_axis(task, tokens, wrong: Iterable[int] = (), window: tuple[int, int] | None = None, stride: int = 1,
+              max_ticks: int | None = None) -> TokenAxis:
+    """:func:`token_axis` of one sequence ``[T]`` of a registered task (:class:`interp.tasks.Task`):
+    each token labelled by the task's vocabulary and coloured by its role (:data:`TASK_ROLE_COLOR`:
+    counting's ``set`` orange, ``++`` green, ``print`` blue, ``pass`` grey; selective copy's blanks
+    grey, the separator blue), wrong answers red; where the task names the position an answer is
+    read from (``Task.evidence``: the last ``set`` of the printed variable, the letter being copied),
+    that cell of each scored position is outlined, cyan or red where ``wrong``. Flip-flop tokens keep
+    their own pair labels (:func:`token_axis` with ``tokens``)."""
+    tokens = np.asarray(torch.as_tensor(tokens).cpu()).astype(np.int64)
+    if task.name == "flipflop":
+        return token_axis(len(tokens), tokens, wrong=wrong, window=window, stride=stride, max_ticks=max_ticks)
+    if task.name == "automaton":
+        return automaton_axis(tokens, wrong, window, stride, max_ticks)
+    axis = token_axis(len(tokens), labels=task.labels(tokens), wrong=wrong, window=window, stride=stride,
+                      max_ticks=max_ticks)
+    wrong = {int(t) for t in wrong}
+    axis.tick_color = [WRONG_COLOR if t in wrong else TASK_ROLE_COLOR.get(task.roles.get(tokens[t], ""), TEXT_COLOR)
+                       for t in axis.positions[axis.ticks]]
+    evidence = task.evidence(tokens[None])
+    scored = task.model_io(tokens[None])[2][0] if evidence is not None else None
+    if evidence is not None:
+        index = {int(t): i for i, t in enumerate(axis.positions)}
+        axis.marks = [(i, index[int(evidence[0, t])], t in wrong) for t, i in index.items()
+                      if t < len(scored) and scored[t] and int(evidence[0, t]) in index]
+    return axis
+
+
 @dataclass
 class Panel:
     """One heatmap, cut to the axis' positions: ``values`` is NaN wherever the cell is drawn in

@@ -1,4 +1,6 @@
-"""Tasks: the flip-flop language, its canonical splits, text I/O, and the automaton task.
+"""Tasks: the flip-flop language, its canonical splits, text I/O, the automaton task, and the task
+registry (:mod:`interp.tasks.registry`) through which they, CoPE's selective copy and counting, and a
+task of one's own are named.
 
 Pure numpy; nothing here imports torch.
 """
@@ -15,3 +17,4 @@ from interp.tasks.text import (
     FlipFlopFormatError, format_sequence, parse_sequence, parse_sequences,
     check_tokens, read_sequences, validate, write_sequences,
 )
+from interp.tasks.registry import Task, TaskSplit, get_task, register_task, task_names

@@ -27,7 +27,7 @@ D_VOCAB = len(VOCAB)
 
 def instruction_probs(p_i: float) -> tuple[float, float, float]:
     """(p_w, p_r, p_i) of FFL(p_i): writes and reads share the non-ignore mass equally."""
-    if not 0.0 <= p_i <= 1.0:
+    if not 0.0 <= p_i <= 1.0:   # NaN too
         raise ValueError(f"p_i must lie in [0, 1], got {p_i}")
     return ((1.0 - p_i) / 2, (1.0 - p_i) / 2, p_i)
 
@@ -50,9 +50,12 @@ def sample_ffl(
     if seq_len < 4 or seq_len % 2:
         raise ValueError(f"seq_len must be an even number >= 4, got {seq_len}")
     check_draw_size(n, seq_len)
+    probabilities = np.asarray(p_i, dtype=np.float64)
+    if not np.all((probabilities >= 0) & (probabilities <= 1)):   # NaN fails both comparisons
+        raise ValueError(f"p_i must lie in [0, 1], got {p_i}")
     rng = np.random.default_rng(rng)
     pairs = seq_len // 2
-    p_w = ((1.0 - np.broadcast_to(np.asarray(p_i, dtype=np.float64), (n,))) / 2)[:, None]
+    p_w = ((1.0 - np.broadcast_to(probabilities, (n,))) / 2)[:, None]
 
     # One 32-bit draw per pair: the low bit is the data bit, the upper 31 bits a uniform
     # for the instruction (WRITE=0 below p_w, READ=1 below 2 p_w, IGNORE=2 above).

@@ -172,12 +172,15 @@ def write_sequences(tokens, path: str | os.PathLike) -> Path:
     length = tokens.shape[1]
     texts = [raw[i:i + length] for i in range(0, len(raw), length)]
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    from interp.outputs import new_file
+
+    fd, tmp = new_file(path.parent, f".{path.name}.", ".tmp")   # a fresh file, never a link
+    tmp = Path(tmp)
     try:
-        if path.suffix == ".jsonl":
-            with open(tmp, "w") as f:
+        with os.fdopen(fd, "w") as f:
+            if path.suffix == ".jsonl":
                 f.writelines(json.dumps({"text": text}) + "\n" for text in texts)
-        else:
+        if path.suffix == ".parquet":
             import pandas as pd
 
             pd.DataFrame({"text": texts}).to_parquet(tmp, index=False)
@@ -190,11 +193,14 @@ def write_sequences(tokens, path: str | os.PathLike) -> Path:
 def read_sequences(path: str | os.PathLike) -> np.ndarray:
     """Read and validate a ``.jsonl`` or ``.parquet`` file with a ``text`` column. Errors
     name the file and the line (JSONL) or row (Parquet, from 0) of the bad sequence."""
+    from interp.outputs import input_file
+
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
     if path.is_dir():
         raise ValueError(f"{path} is a directory; give a .jsonl or .parquet file")
+    input_file(path, "data file")   # never a FIFO or a device (which would block), nor a huge file
     if path.suffix == ".jsonl":
         texts, lines = [], []
         with open(path, encoding="utf-8-sig") as f:  # a byte-order mark, as some editors write, is fine

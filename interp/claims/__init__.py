@@ -1,0 +1,127 @@
+"""The papers' claims as code: ``glitchlens claims``.
+
+Every claim of the four papers that a flip-flop model can test is a :class:`Claim` (paper,
+section, the claim, the paper's number with its spread, our model and budget) whose ``measure``
+computes our :class:`Evidence` from committed files (:mod:`interp.claims.sources`: run results,
+sweep tables, figure CSVs, and measurements on the specimens cached under ``runs/claims/`` by
+:mod:`interp.claims.measure`). The verdict is :func:`interp.claims.verdicts.verdict`, one rule
+for every row (its docstring states it). :func:`table` is the claims table; the table in
+docs/results.md, the counts in README.md and the sweeps' run counts are written from it by
+:func:`write_docs` (``glitchlens claims --write-docs``), and ``tests/test_claims.py`` fails when a
+committed file or a doc disagrees with what this computes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from interp.claims.cope import COPE_CLAIMS
+from interp.claims.flipflop import FLIPFLOP_CLAIMS
+from interp.claims.sources import ROOT, sweep_counts
+from interp.claims.tda import TDA_CLAIMS
+from interp.claims.tra import TRA_CLAIMS
+from interp.claims.verdicts import REASONS, VERDICTS, Claim, Evidence, verdict
+
+CLAIMS: list[Claim] = [*TRA_CLAIMS, *TDA_CLAIMS, *FLIPFLOP_CLAIMS, *COPE_CLAIMS]
+COLUMNS = ("key", "paper", "section", "claim", "paper_number", "ours", "n", "interval", "verdict", "reason",
+           "model", "source")
+
+
+def table(claims: list[Claim] | None = None) -> pd.DataFrame:
+    """One row per claim (:data:`COLUMNS`), each measured from the committed files now."""
+    rows = []
+    for claim in claims or CLAIMS:
+        evidence = claim.measure()
+        rows.append({"key": claim.key, "paper": claim.paper, "section": claim.section, "claim": claim.claim,
+                     "paper_number": claim.paper_number, "ours": evidence.ours, "n": evidence.n,
+                     "interval": evidence.interval, "verdict": verdict(evidence),
+                     "reason": evidence.reason if verdict(evidence) == "not reproduced" else "",
+                     "model": claim.model, "source": evidence.source})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(frame: pd.DataFrame) -> str:
+    lines = ["| paper, claim | paper's number | ours (n; 95% interval) | verdict | our model, budget |",
+             "|---|---|---|---|---|"]
+    for r in frame.itertuples():
+        verdict_cell = f"**{r.verdict}**" + (f" ({r.reason})" if r.reason else "")
+        lines.append(f"| {r.paper} {r.section}: {_cell(r.claim)} | {_cell(r.paper_number)} | {_cell(r.ours)} "
+                     f"(n: {_cell(r.n)}; {_cell(r.interval)}) | {verdict_cell} | {_cell(r.model)} |")
+    return "\n".join(lines) + "\n"
+
+
+def render(frame: pd.DataFrame, fmt: str) -> str:
+    """The table as ``md``, ``csv`` or ``json``."""
+    if fmt == "md":
+        return to_markdown(frame)
+    if fmt == "csv":
+        return frame.to_csv(index=False)
+    if fmt == "json":
+        return json.dumps(frame.to_dict("records"), indent=2) + "\n"
+    raise ValueError(f"unknown format {fmt!r}; choose md, csv or json")
+
+
+def counts(frame: pd.DataFrame) -> dict[str, int]:
+    found = Counter(frame.verdict)
+    return {v: found.get(v, 0) for v in VERDICTS}
+
+
+def counts_sentence(frame: pd.DataFrame) -> str:
+    c = counts(frame)
+    reasons = Counter(r.split(":")[0] for r in frame.reason if r)
+    why = ", ".join(f"{reasons[r]} {r}" for r in REASONS if reasons[r])
+    return (f"Of the papers' {len(frame)} claims a flip-flop model can test, {c['reproduced']} are reproduced, "
+            f"{c['qualitatively']} qualitatively, {c['not reproduced']} not reproduced ({why}) and "
+            f"{c['contradicted']} contradicted")
+
+
+def sweeps_markdown() -> str:
+    lines = ["| sweep | runs | finished (`result.json` committed) | unfinished |", "|---|---|---|---|"]
+    lines += [f"| `runs/{r.sweep}` | {r.runs} | {r.finished} | {r.unfinished} |" for r in sweep_counts().itertuples()]
+    return "\n".join(lines) + "\n"
+
+
+# The generated blocks of the docs: (file, marker) -> what goes between the markers.
+def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """A block on lines of its own starts and ends with a newline; the README's is inline."""
+    return {("docs/results.md", "claims-table"): "\n" + to_markdown(frame),
+            ("docs/results.md", "claims-counts"): "\n" + counts_sentence(frame) + ".\n",
+            ("docs/results.md", "sweep-counts"): "\n" + sweeps_markdown(),
+            ("README.md", "claims-counts"): counts_sentence(frame)
+            + " ([the claims table](docs/results.md#the-papers-claims-tested))."}
+
+
+def marked(text: str, marker: str) -> re.Match | None:
+    return re.search(rf"(<!-- {marker}:start -->)(.*?)(<!-- {marker}:end -->)", text, flags=re.S)
+
+
+def write_docs(frame: pd.DataFrame | None = None, root: Path = ROOT, check: bool = False) -> list[str]:
+    """Write each generated block between its ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``
+    markers; with ``check``, write nothing and return the blocks that differ. A file without its
+    markers is an error naming them."""
+    frame = table() if frame is None else frame
+    stale = []
+    for (file, marker), body in generated_blocks(frame).items():
+        path = root / file
+        text = path.read_text()
+        found = marked(text, marker)
+        if found is None:
+            raise ValueError(f"{file} has no <!-- {marker}:start --> ... <!-- {marker}:end --> block to write")
+        if found.group(2) != body:
+            stale.append(f"{file} ({marker})")
+            if not check:
+                text = text[:found.start(2)] + body + text[found.end(2):]
+                path.write_text(text)
+    return stale
+
+
+__all__ = ["CLAIMS", "Claim", "Evidence", "counts", "render", "table", "verdict", "write_docs"]

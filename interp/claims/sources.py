@@ -1,0 +1,81 @@
+"""Readers of the committed files the claims are computed from, and the sweeps' run counts.
+
+Every number of the claims table comes from a file under ``runs/`` or ``figures/`` of the
+repository (``ROOT``): a run's ``result.json``, a sweep's ``runs.csv``, a figure's CSV, or a
+measurement on the specimens cached under ``runs/claims/`` (:mod:`interp.claims.measure`).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = ROOT / "runs"
+FIGURES = ROOT / "figures"
+CACHE = RUNS / "claims"
+
+
+def missing(path: Path) -> FileNotFoundError:
+    return FileNotFoundError(f"{path.relative_to(ROOT)} is not in the repository: the claims table reads it; "
+                             "restore it (git checkout) or recompute it (`glitchlens claims --measure`)")
+
+
+@cache
+def result(sweep: str, name: str) -> dict:
+    """``runs/<sweep>/runs/<name>/result.json``."""
+    path = RUNS / sweep / "runs" / name / "result.json"
+    if not path.exists():
+        raise missing(path)
+    return json.loads(path.read_text())
+
+
+def has_result(sweep: str, name: str) -> bool:
+    return (RUNS / sweep / "runs" / name / "result.json").exists()
+
+
+def finished(sweep: str) -> list[str]:
+    """The runs of ``runs/<sweep>`` that have a ``result.json``, sorted by name."""
+    return sorted(p.parent.name for p in (RUNS / sweep / "runs").glob("*/result.json"))
+
+
+@cache
+def csv(path: str) -> pd.DataFrame:
+    """A committed CSV, ``path`` relative to the repository root."""
+    file = ROOT / path
+    if not file.exists():
+        raise missing(file)
+    return pd.read_csv(file)
+
+
+def figure(stem: str) -> pd.DataFrame:
+    """``figures/<stem>.csv``, the numbers behind a figure."""
+    return csv(f"figures/{stem}.csv")
+
+
+def clear() -> None:
+    """Forget what was read, so that files written since are read again."""
+    result.cache_clear()
+    csv.cache_clear()
+
+
+def planned_runs() -> dict[str, list[str]]:
+    """Every sweep under ``runs/`` the docs quote, with the names of all its runs, finished or not."""
+    from interp.reproduce import TABLE1_MODELS, run_name
+    from interp.studies import STUDIES
+
+    table1 = [run_name(model, seed) for seed in range(3) for model in TABLE1_MODELS]
+    return {"table1-cpu": table1, "table1-10000": table1,
+            **{study: list(STUDIES[study]()) for study in STUDIES}}
+
+
+def sweep_counts() -> pd.DataFrame:
+    """Per sweep: ``runs`` planned, ``finished`` (a ``result.json`` committed) and ``unfinished``."""
+    rows = []
+    for sweep, names in planned_runs().items():
+        done = sum(has_result(sweep, name) for name in names)
+        rows.append({"sweep": sweep, "runs": len(names), "finished": done, "unfinished": len(names) - done})
+    return pd.DataFrame(rows)

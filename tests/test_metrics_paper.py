@@ -1,0 +1,165 @@
+"""Each metric against a small example computed by hand from its paper's formula, and the metric
+API's refusals of arguments it cannot measure (one test per class)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from interp.evaluate import clopper_pearson_upper
+from interp.figures.flipflop import dependency_histogram
+from interp.metrics import (
+    cross_view_correlation, effective_entropy, heatmap_window, last_row_dispersion, peak_cooccurrence, raw_logits,
+    sink_eps, sink_ratio, sparsity, summarise, survivor_counts, tail_probabilities, wilson_interval,
+)
+from interp.metrics.threshold import spurious_survivors
+from interp.tasks import IGNORE, ONE, READ, WRITE, ZERO
+
+
+def value(frame: pd.DataFrame, metric: str, **where) -> float:
+    rows = frame[frame.metric == metric]
+    for column, wanted in where.items():
+        rows = rows[rows[column] == wanted]
+    return float(rows.value.item())
+
+
+# A 3 x 3 signed map (TDA's differential weights), one head: the entry above the diagonal is junk.
+SIGNED = torch.tensor([[[[0.5, 9.0, 9.0],
+                         [0.0, 0.0, 9.0],
+                         [0.3, -0.1, 0.0]]]])
+
+
+def test_effective_entropy_and_sparsity_by_hand():
+    # TDA Sec. 3: p = |a| / ||a||_1; row 2 is (0.3, 0.1, 0) / 0.4 = (3/4, 1/4, 0)
+    H = effective_entropy(SIGNED)[0, 0]
+    assert H.tolist() == pytest.approx([0.0, 0.0, -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))])
+    # App. E.1: exact zeros among the 6 causal entries: (1, 0), (1, 1), (2, 2)
+    assert value(sparsity(SIGNED), "sparsity") == pytest.approx(3 / 6)
+    assert value(survivor_counts(SIGNED), "survivors") == pytest.approx((1 + 0 + 2) / 3)
+
+
+def test_generalised_sink_ratio_by_hand():
+    # TDA Sec. 3: A~_0 = mean over the non-zero rows i >= 0 of |A_i0| / sum_t |A_it| = (1 + 3/4) / 2
+    # (row 1 is all zero and left out), A~_0^unif = (1/1 + 1/3) / 2
+    frame = sink_ratio(SIGNED, key_pos=[0])
+    assert value(frame, "key_mass") == pytest.approx(1.75 / 2)
+    assert value(frame, "gsink_ratio") == pytest.approx((1.75 / 2) / ((1 + 1 / 3) / 2))
+    # Gu et al.'s Sink^eps: the share of heads whose A~_0 exceeds eps
+    assert sink_eps(frame, eps=0.8).value.item() == 1.0 and sink_eps(frame, eps=0.9).value.item() == 0.0
+
+
+def test_last_row_dispersion_by_hand():
+    # Thm 4.4: E[H(a_T)] / log T at T = 4. Sequence 0: last row (1, 1, 0, 0) -> log 2; sequence 1: all zero -> 0
+    a = torch.zeros(2, 1, 4, 4)
+    a[0, 0, 3, :2] = 1.0
+    frame = last_row_dispersion(a)
+    assert value(frame, "last_row_dispersion") == pytest.approx((math.log(2) + 0) / 2 / math.log(4))
+    assert value(frame, "zero_row_fraction") == 0.5
+    uniform = torch.ones(1, 2, 8, 8).tril()
+    assert last_row_dispersion(uniform).value.tolist() == pytest.approx([1.0, 1.0, 0.0, 0.0])
+
+
+def test_peak_cooccurrence_by_hand():
+    # Fig. 1b: the difference can fall below view 1's peak only where view 2 weighs that key
+    view_1, view_2 = torch.zeros(1, 1, 3, 3), torch.zeros(1, 1, 3, 3)
+    view_1[0, 0, 1, 0] = 0.2                  # row 1's peak at key 0: view 2 is zero there
+    view_1[0, 0, 2, [0, 1]] = torch.tensor([0.1, 0.5])   # row 2's peak at key 1
+    view_2[0, 0, 2, 1] = 0.3                  # ... which view 2 also weighs; row 0 has no excitatory weight
+    frame = peak_cooccurrence(view_1, view_2)
+    assert value(frame, "view_2_at_view_1_peak") == 0.5 and frame.n_rows.item() == 2
+
+
+def test_cross_view_correlation_by_hand():
+    # App. B.3: Pearson r over the causal entries x = (1, 0, 2), y = (2, 1, 0)
+    v1 = torch.tensor([[[[1.0, 5.0], [0.0, 2.0]]]])
+    v2 = torch.tensor([[[[2.0, -5.0], [1.0, 0.0]]]])
+    x, y = np.array([1.0, 0.0, 2.0]), np.array([2.0, 1.0, 0.0])
+    assert value(cross_view_correlation(v1, v2), "cross_view_correlation") == pytest.approx(np.corrcoef(x, y)[0, 1])
+
+
+def test_raw_logits_and_tails_by_hand():
+    # App. B.1: s_ij = q_i . k_j / sqrt(d), d = 4
+    q = torch.tensor([1.0, 2.0, 0.0, 0.0]).expand(1, 2, 1, 4)
+    k = torch.tensor([3.0, 1.0, 0.0, 2.0]).expand(1, 2, 1, 4)
+    assert raw_logits(q, k)[0, 0].tolist() == [[2.5, 2.5], [2.5, 2.5]]
+    # 1 outlier among 21 causal entries of a 6 x 6 map: |s - mean| > k sigma for k = 2, 3 but not 4
+    s = torch.zeros(1, 1, 6, 6)
+    s[0, 0, 5, 0] = 10.0
+    s[0, 0, 0, 5] = 1e6                       # above the diagonal: never counted
+    entries = np.zeros(21)
+    entries[0] = 10.0
+    mean, sigma = entries.mean(), entries.std(ddof=1)
+    frame = tail_probabilities(s).set_index("k")
+    assert frame["mean"].iloc[0] == pytest.approx(mean) and frame.sigma.iloc[0] == pytest.approx(sigma)
+    expected = [np.mean(np.abs(entries - mean) > k * sigma) for k in (2, 3, 4)]
+    assert frame.value.tolist() == pytest.approx(expected) and expected == [1 / 21, 1 / 21, 1 / 21]
+
+
+def test_dependency_histogram_shares_wrong_reads_and_rates_by_hand():
+    # flip-flop Fig. 12: 3 wrong reads, 2 at 0-15 ignores, 1 at 16-31
+    reads = pd.DataFrame({"seq": 0, "ignores_since": [0, 3, 5, 20, 30], "correct": [False, False, True, False, True]})
+    table = dependency_histogram(reads).set_index("ignores_since")
+    assert table.share_of_errors.tolist() == pytest.approx([2 / 3, 1 / 3])
+    assert table.error_rate.tolist() == pytest.approx([2 / 3, 1 / 2])
+    assert table.share_of_reads.tolist() == pytest.approx([3 / 5, 2 / 5])
+
+
+def test_spurious_survivors_count_carrier_keys_apart():
+    # w0 i0 i1 r?: an earlier layer moved the bit into the i at 2, a carrier; the i at 4 is noise
+    tokens = np.array([[WRITE, ZERO, IGNORE, ZERO, IGNORE, ONE, READ, ZERO]])
+    view_1 = torch.zeros(1, 1, 8, 8)
+    view_1[0, 0, 6, [2, 4]] = 0.5
+    carriers = np.zeros((1, 8), dtype=bool)
+    carriers[0, [1, 2]] = True
+    row = spurious_survivors({0: view_1}, tokens, carriers={0: carriers}).iloc[0]
+    assert (row.S, row.S_carrier, row.noise, row.carrier_keys) == (1, 1, 1, 1)
+    by_tokens = spurious_survivors({0: view_1}, tokens).iloc[0]        # without the route: both are noise
+    assert (by_tokens.S, by_tokens.S_carrier) == (2, 0)
+
+
+# --- refusals: a ValueError naming the argument ------------------------------------------
+
+@pytest.mark.parametrize("call, argument", [
+    (lambda: wilson_interval(count=5, n=3), "count"),
+    (lambda: wilson_interval(-1, 10), "count"),
+    (lambda: wilson_interval(1, -2), "n"),
+    (lambda: wilson_interval(1, 10, confidence=1.5), "confidence"),
+])
+def test_wilson_interval_refuses_counts_it_cannot_have(call, argument):
+    with pytest.raises(ValueError, match=argument):
+        call()
+
+
+@pytest.mark.parametrize("call, argument", [
+    (lambda: clopper_pearson_upper(-1, 10), "errors"),
+    (lambda: clopper_pearson_upper(3, -5), "trials"),
+    (lambda: clopper_pearson_upper(12, 10), "errors"),
+    (lambda: clopper_pearson_upper(2, 10, confidence=1.5), "confidence"),
+])
+def test_clopper_pearson_refuses_counts_and_confidences_it_cannot_have(call, argument):
+    with pytest.raises(ValueError, match=argument):
+        call()
+
+
+def test_sparsity_of_a_nan_map_is_nan_not_zero():
+    a = torch.full((1, 2, 4, 4), math.nan)
+    a[:, 1] = torch.eye(4)                      # head 1 is a finite map: 6 of its 10 causal entries are 0
+    assert np.isnan(value(sparsity(a), "sparsity", head=0)) and value(sparsity(a), "sparsity", head=1) == 0.6
+
+
+def test_sink_ratio_refuses_a_key_past_the_map():
+    with pytest.raises(ValueError, match="key_pos"):
+        sink_ratio(torch.ones(1, 1, 8, 8).tril(), key_pos=[100])
+
+
+def test_summarise_refuses_a_column_the_frame_lacks():
+    with pytest.raises(ValueError, match="over: \\['nonexistent'\\]"):
+        summarise(sparsity(SIGNED), over=["nonexistent"])
+
+
+@pytest.mark.parametrize("args, argument", [((64, [], -4), "size"), ((0, [], 8), "T"), ((64, [70], 8), "wrong")])
+def test_heatmap_window_refuses_a_window_it_cannot_cut(args, argument):
+    with pytest.raises(ValueError, match=argument):
+        heatmap_window(*args)
