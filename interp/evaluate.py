@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from interp.metrics import read_table
 from interp.tasks import (
-    D_VOCAB, D_VOCAB_AUTOMATON, ONE, SPLITS, ZERO, FlipFlopFormatError, check_tokens, load_split, read_mask,
+    D_VOCAB, D_VOCAB_AUTOMATON, SPLITS, FlipFlopFormatError, check_tokens, load_split,
     sample_automaton,
 )
 from interp.tasks import Task, get_task

@@ -4,6 +4,7 @@ implementations are compared with its reference (``tests/test_op_*.py``)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import shutil
@@ -21,6 +22,22 @@ import torch.nn.functional as F
 
 from models.attention import get_attention_class
 from models.config import MODEL_FAMILIES
+
+
+@contextlib.contextmanager
+def registries_kept():
+    """The mechanism registries as they were before the block: a mechanism registered inside it
+    (a test's own, a CLI run's ``--mechanism``) is not left registered for the worker's later tests."""
+    from models import mechanisms
+    from models.attention.base import REGISTRY
+
+    saved = [(table, dict(table)) for table in (REGISTRY, MODEL_FAMILIES, mechanisms._PLUGINS)]
+    try:
+        yield
+    finally:
+        for table, content in saved:
+            table.clear()
+            table.update(content)
 
 
 def models_with(path: str) -> list[str]:

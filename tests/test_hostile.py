@@ -16,6 +16,7 @@ import pytest
 from interp.cli import main
 from interp.outputs import MANIFEST, staged
 from models.pretrained import PRETRAINED_DIR
+from support import registries_kept
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -173,22 +174,7 @@ def test_damaged_files_give_one_line(tmp_path, capsys, checkpoint):
     assert notes.read_text() == "my notes, not a CSV\n"
 
 
-@pytest.fixture
-def registries_restored():
-    """The mechanism registries as they were before the test (a mechanism the test registers would
-    otherwise stay registered in this worker for every later test)."""
-    from models import mechanisms
-    from models.attention.base import REGISTRY
-
-    saved = [(registry, dict(registry)) for registry in (REGISTRY, mechanisms._PLUGINS, mechanisms.MODEL_FAMILIES)]
-    yield
-    for registry, before in saved:
-        registry.clear()
-        registry.update(before)
-
-
-def test_a_diverged_checkpoint_and_a_broken_mechanism_give_one_line(tmp_path, capsys, monkeypatch,
-                                                                     registries_restored):
+def test_a_diverged_checkpoint_and_a_broken_mechanism_give_one_line(tmp_path, capsys, monkeypatch):
     import torch
 
     import models
@@ -210,5 +196,6 @@ def test_a_diverged_checkpoint_and_a_broken_mechanism_give_one_line(tmp_path, ca
     monkeypatch.syspath_prepend(str(tmp_path))
     refused(capsys, "check-mechanism", "broken_mech:Broken", match="SyntaxError")
     monkeypatch.setattr(conformance, "CHECK_SECONDS", 0.5)
-    status, out, _ = run(capsys, "check-mechanism", "stuck_mech:Stuck", "--json")
+    with registries_kept():
+        status, out, _ = run(capsys, "check-mechanism", "stuck_mech:Stuck", "--json")
     assert status == 1 and "did not return within" in out

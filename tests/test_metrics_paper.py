@@ -11,11 +11,13 @@ import torch
 from interp.evaluate import clopper_pearson_upper
 from interp.figures.flipflop import dependency_histogram
 from interp.metrics import (
-    cross_view_correlation, effective_entropy, heatmap_window, last_row_dispersion, peak_cooccurrence, raw_logits,
-    sink_eps, sink_ratio, sparsity, summarise, survivor_counts, tail_probabilities, wilson_interval,
+    automaton_write_positions, bit_carrier_summary, cross_view_correlation, dispersion, effective_entropy,
+    entropy_summary, heatmap_window, key_regions, last_row_dispersion, last_write_summary, max_abs_weight,
+    peak_cooccurrence, raw_logits, region_masses, retrieval_head, sharp_share, sink_eps, sink_ratio, sparsity,
+    summarise, survivor_counts, survivor_growth, tail_probabilities, wilson_interval,
 )
 from interp.metrics.threshold import spurious_survivors
-from interp.tasks import IGNORE, ONE, READ, WRITE, ZERO
+from interp.tasks import IGNORE, ONE, READ, WRITE, ZERO, parse_sequence
 
 
 def value(frame: pd.DataFrame, metric: str, **where) -> float:
@@ -39,6 +41,20 @@ def test_effective_entropy_and_sparsity_by_hand():
     assert value(sparsity(SIGNED), "sparsity") == pytest.approx(3 / 6)
     assert value(survivor_counts(SIGNED), "survivors") == pytest.approx((1 + 0 + 2) / 3)
 
+
+def test_dispersion_and_entropy_summary_by_hand():
+    # TDA Sec. 3: E[H(a_i)] / log |S(i)|, |S(i)| = i + 1; SIGNED's row 1 is all zero (left out), row 2 has H = h
+    h = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    frame = dispersion(SIGNED)
+    assert value(frame, "effective_entropy", query_pos=2) == pytest.approx(h)
+    assert value(frame, "dispersion_ratio", query_pos=2) == pytest.approx(h / math.log(3))
+    assert math.isnan(value(frame, "dispersion_ratio", query_pos=0))            # log 1 = 0
+    assert math.isnan(value(frame, "effective_entropy", query_pos=1)) and value(frame, "zero_rows", query_pos=1) == 1
+    summary = entropy_summary(SIGNED)                                           # rows 0 and 2: H = 0 and h
+    assert value(summary, "effective_entropy") == pytest.approx(h / 2)
+    assert value(summary, "dispersion_ratio") == pytest.approx(h / (math.log(1) + math.log(3)))
+    assert value(summary, "zero_row_fraction") == pytest.approx(1 / 3)
+    assert value(max_abs_weight(SIGNED), "max_abs_weight") == 0.5               # Fig. 1b: 9.0 is above the diagonal
 
 def test_generalised_sink_ratio_by_hand():
     # TDA Sec. 3: A~_0 = mean over the non-zero rows i >= 0 of |A_i0| / sum_t |A_it| = (1 + 3/4) / 2
@@ -118,6 +134,44 @@ def test_spurious_survivors_count_carrier_keys_apart():
     by_tokens = spurious_survivors({0: view_1}, tokens).iloc[0]        # without the route: both are noise
     assert (by_tokens.S, by_tokens.S_carrier) == (2, 0)
 
+
+def test_survivor_growth_by_hand():
+    # App. B.2 / Fig. 4: survivors at T relative to the shortest T, beside the linear T / T_0
+    counts = pd.DataFrame({"layer": 0, "head": [0, 1, 0, 1], "metric": "survivors", "map": "pattern",
+                           "seq_len": [4, 4, 16, 16], "value": [1.0, 3.0, 2.0, 6.0]})
+    growth = survivor_growth(counts).set_index("seq_len")
+    assert growth.value.tolist() == [2.0, 4.0] and growth.growth.tolist() == [1.0, 2.0]
+    assert growth.linear_reference.tolist() == [1.0, 4.0]
+
+
+def test_automaton_sharp_share_and_probe_summaries_by_hand():
+    # flip-flop Def. 1: the state is the last write's symbol (sigma_0 = 0, sigma_1 = 1, bottom = 2)
+    assert automaton_write_positions([[2, 0, 2, 1, 2]]).tolist() == [[-1, 1, 1, 3, 3]]
+    # Sec. 5.2 (R8): the share of positions where some head puts >= 0.99 on the last write
+    table = pd.DataFrame({"layer": 0, "seq": 0, "position": [1, 1, 2, 2, 3, 3], "head": [0, 1] * 3,
+                          "weight": [0.995, 0.2, 0.5, 0.6, 1.0, np.nan], "is_argmax": [True, False] * 3})
+    share = sharp_share(table).iloc[0]
+    assert (share.n, share.sharp, share.share) == (3, 2, pytest.approx(2 / 3))
+    summary = last_write_summary(table).set_index(["head", "metric"]).value
+    assert summary[(0, "last_write_weight")] == pytest.approx((0.995 + 0.5 + 1.0) / 3)
+    assert summary[(1, "last_write_argmax_rate")] == 0.0
+    carriers = bit_carrier_summary(table.rename(columns={"weight": "carrier_weight"})).set_index(["head", "metric"])
+    assert carriers.value[(1, "bit_carrier_weight")] == pytest.approx(0.4)          # NaN skipped
+
+
+def test_retrieval_head_is_the_head_on_the_last_write_by_hand():
+    tokens = parse_sequence("w1i0i1r1")[None]                    # the read at 6, its write at 0, the bit at 1
+    carriers = np.zeros(tokens.shape, dtype=bool)
+    carriers[0, 1] = True
+    pattern = torch.zeros(1, 3, 8, 8)
+    pattern[0, :, 6, 6] = 1.0                                     # every head: the read itself ...
+    pattern[0, 1, 6, 1] = 3.0                                     # ... head 1: 3/4 of its weight on the bit
+    pattern[0, 2, 6, 0] = 1.0                                     # ... head 2: 1/2 on the w
+    reads = pd.DataFrame({"seq": [0], "position": [6]})
+    masses = region_masses(pattern, key_regions(tokens, carriers, np.array([0]), np.array([6])), np.array([0]),
+                           np.array([6]))
+    assert masses["last write"][0].tolist() == pytest.approx([0.0, 0.75, 0.5])
+    assert retrieval_head(pattern, tokens, carriers, reads) == 1
 
 # --- refusals: a ValueError naming the argument ------------------------------------------
 

@@ -7,12 +7,15 @@ why an analysis does not apply (at the top of its report, and on stderr from the
 no hook it lists is one that never fires, and one that never fires is named as such. The
 mechanisms that the shipped specimens train with a renormalised stream are built so here
 (``norm_placement="stream"``), so that attribution is checked through the norms. The reports
-are written without their PNGs (:func:`no_png`). The figures are not in the matrix: each runs the
-papers' fixed sequences (hundreds to thousands of tokens), seconds to a minute per figure even on
-a tiny model (``tests/test_figures.py``)."""
+are written without their PNGs (:func:`no_png`). Every plot of :mod:`interp.plots` draws on each
+model's maps and metrics, or the library refuses the map the model does not have; every paper
+figure draws through :func:`~interp.figures.make_figures` on tiny models of its specimens'
+architectures, its sequence counts and lengths cut down (``SMALL_FIGURES``; the figures' own
+checks: ``tests/test_figures.py``)."""
 
 import functools
 import html
+import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -24,19 +27,23 @@ from plugin_mechanisms import SigmoidAttention
 
 import models
 import models.pretrained
-from interp import circuits, plots
+from interp import circuits, figures, plots
 from interp.cli import main
 from interp.diagnose import diagnose
 from interp.explain import explain
 from interp.hunt import hunt, write_hunt
+from interp.reproduce import summarise_runs
+from interp.tasks import SPLITS, get_task
 from interp.metrics import (
-    MissingHookError, bit_carrier_attention, capture_maps, last_write_attention, mean_by_key_token, read_table,
+    MissingHookError, bit_carrier_attention, capture_maps, cross_view_correlation, dispersion, error_rate_by_dependency,
+    last_write_attention, max_abs_weight, mean_by_key_token, raw_logits, read_table, sink_ratio, sparsity,
+    survivor_scaling, tail_probabilities,
 )
 from interp.tasks import ONE, ZERO
 from interp.viewer import head_viewer
 from models import ModelConfig, build_model, mechanisms
-from models.attention import REGISTRY
 from models.config import MODEL_FAMILIES
+from support import registries_kept
 
 PLUGIN = "sigmoid"
 BUILT_IN = [name for name in MODEL_FAMILIES if mechanisms.plugin_class(name) is None]
@@ -51,15 +58,12 @@ SEQUENCES = ["w1i0r1w0i1r0i1r0", "w0r0i1w1r1i0i0r1"]
 def plugin_and_one_thread():
     """The mechanism of one's own is registered for this module only; tiny models gain nothing
     from a second thread on a shared 2-core machine."""
-    saved = [(table, dict(table)) for table in (REGISTRY, MODEL_FAMILIES, mechanisms._PLUGINS)]
-    models.register_mechanism(PLUGIN, SigmoidAttention)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-    for table, content in saved:
-        table.clear()
-        table.update(content)
+    with registries_kept():
+        models.register_mechanism(PLUGIN, SigmoidAttention)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        yield
+        torch.set_num_threads(threads)
 
 
 @functools.cache
@@ -163,7 +167,8 @@ def no_png(monkeypatch):
     """The reports without drawing their PNGs: matplotlib's rendering is most of a tiny model's
     report and the same for every architecture (test_circuits and test_diagnose draw them)."""
     def save(fig, path, **_):
-        plt.close(fig)
+        if isinstance(fig, plt.Figure):
+            plt.close(fig)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"")
@@ -223,3 +228,110 @@ def test_the_command_line_prints_what_explain_skipped(tmp_path, capsys):
     err = capsys.readouterr().err
     for analysis in ("direct logit attribution", "which components carry the bit"):
         assert f"skipped {analysis}: the lstm model has no heads or residual stream" in err
+
+
+# --- every plotting function of interp.plots, on the maps and metrics of each tiny model -------
+
+def both_backends(draw) -> None:
+    """Draw with plotly and matplotlib, writing nothing (a drawn figure is all a test needs)."""
+    for backend in ("plotly", "matplotlib"):
+        figure = draw(backend)
+        assert figure is not None
+        if isinstance(figure, plt.Figure):
+            plt.close(figure)
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_every_plot_draws_or_the_library_says_why_not(name):
+    """Every public plot of :mod:`interp.plots` (the model-free table1 chart aside: the figures'
+    test below draws it) on this model's maps and metrics; the maps a model does not have are
+    refused by :func:`capture_maps`, naming the model and the hook, so a plot never draws a
+    quantity that is not there (TDA's two views on a one-view or softmax model, any map of the
+    LSTM)."""
+    model, whole = tiny(name), full_tokens().numpy()
+    tokens = whole[:, :-1]
+    if not has_blocks(name):
+        with pytest.raises(MissingHookError, match=r"the lstm model has no blocks\.\*\.attn\.hook_pattern"):
+            capture_maps(model, tokens, ["pattern"])
+        return
+    logits, maps = capture_maps(model, tokens, ["pattern", "q", "k"])
+    pattern, labels = maps["pattern"], tokens[0]
+    panels = plots.layer_head_panels(pattern)
+    longer = capture_maps(model, np.concatenate([tokens, tokens], 1), ["pattern"])[1]["pattern"]
+    reads = read_table(whole, logits.argmax(-1).numpy() - ZERO)
+    attribution = circuits.direct_logit_attribution(model, full_tokens()[:, :-1])
+    pairs = circuits.bit_flip_pairs(full_tokens()[:1, :-1])
+    patched = circuits.activation_patching(model, pairs.clean, pairs.corrupt, circuits.patchable_hooks(model, ("z",)),
+                                           reads=pairs.read)
+    tails = tail_probabilities({layer: raw_logits(q, maps["k"][layer]) for layer, q in maps["q"].items()})
+    draws = [
+        lambda b: plots.heatmap(panels["L0 H0"], labels, title="L0 H0", backend=b),
+        lambda b: plots.heatmap_grid(panels, labels, backend=b),
+        lambda b: plots.attention_grid(pattern, labels, backend=b),
+        lambda b: plots.compare(panels, panels, labels, names=(name, name), backend=b),
+        lambda b: plots.task_heatmap_grid(panels, get_task("flipflop"), labels, backend=b),
+        lambda b: plots.automaton_heatmap_grid(panels, np.arange(tokens.shape[1]) % 3, backend=b),
+        lambda b: plots.patching_heatmap(circuits.patching_summary(patched), backend=b),
+        lambda b: plots.sparsity_chart(sparsity(pattern), backend=b),
+        lambda b: plots.max_abs_chart(max_abs_weight(pattern), backend=b),
+        lambda b: plots.sink_ratio_chart(pd.concat([sink_ratio(pattern, [0]), sink_ratio(longer, [0])]), backend=b),
+        lambda b: plots.survivor_chart(survivor_scaling([pattern, longer]), backend=b),
+        lambda b: plots.dispersion_chart(dispersion(pattern), backend=b),
+        lambda b: plots.tail_chart(tails, backend=b),
+        lambda b: plots.error_rate_chart(error_rate_by_dependency(reads).assign(model=name), backend=b),
+        lambda b: plots.dla_chart(circuits.dla_summary(attribution), backend=b),
+    ]
+    for draw in draws:
+        both_backends(draw)
+    views = [hook for hook in ("view_1", "view_2") if f"blocks.0.attn.hook_{hook}" in model.hook_dict]
+    if len(views) < 2:
+        missing = "view_2" if views else "view_1"
+        with pytest.raises(MissingHookError, match=rf"the {name} model has no blocks\.\*\.attn\.hook_{missing}"):
+            capture_maps(model, tokens, ["view_1", "view_2"])
+        with pytest.raises(ValueError, match="the frame has no 'cross_view_correlation' rows"):
+            plots.correlation_chart(sparsity(pattern))
+        return
+    _, views = capture_maps(model, tokens, ["view_1", "view_2"])
+    both_backends(lambda b: plots.correlation_chart(cross_view_correlation(views["view_1"], views["view_2"]),
+                                                    backend=b))
+
+
+# --- every paper figure, on tiny models of its specimens' architectures -----------------------
+
+# The figures' sequence counts and lengths, cut to what a tiny model shows in a second (the
+# defaults draw the committed figures); the figures without such arguments run N_SEQUENCES = 4
+# sequences of T = 512, already small.
+SMALL_FIGURES = {
+    "tda_diagnostics": dict(lengths=(16, 32), n_samples=2),
+    "survivors": dict(lengths=(16, 32), n=2),
+    "cross_view": dict(n_samples=2),
+    "non_dispersion": dict(lengths=(16, 32), n=1),
+    "automaton": dict(size=16),
+    "glitch_lengths": dict(n=4),
+    "drift": dict(lengths=(16, 64), stride=8, n=2),
+    "glitch_anatomy": dict(n=4, max_wrong=4),
+    "cope_gates": dict(n=2),
+}
+
+
+@functools.cache
+def tiny_specimen(name: str) -> torch.nn.Module:
+    """A freshly built model of the architecture ``models/pretrained/<name>/config.json`` names
+    (mechanism, its options, norm placement, layers and heads), at d_model 32."""
+    saved = json.loads((models.pretrained.path(name) / "config.json").read_text())["model"]
+    torch.manual_seed(0)
+    return build_model(ModelConfig.from_dict({**saved, "d_model": 32, "d_mlp": 64})).eval()
+
+
+def test_every_paper_figure_draws_on_tiny_models_of_its_specimens(tmp_path, monkeypatch, no_png):
+    for name, sizes in SMALL_FIGURES.items():
+        monkeypatch.setitem(figures.FIGURES, name, functools.partial(figures.FIGURES[name], **sizes))
+    table1 = tmp_path / "table1.csv"
+    summarise_runs([{"model": "tra", "seed": 0, "splits": {split: {"sequence_accuracy": 0.5, "error_rate": 0.01}
+                                                            for split in SPLITS}}]).to_csv(table1, index=False)
+    written = figures.make_figures(tmp_path / "figures", load=tiny_specimen, table1_csv=table1, log=lambda _: None,
+                                   progress=False)
+    assert set(written) == set(figures.TITLES)
+    captions = json.loads((tmp_path / "figures" / "captions.json").read_text())
+    for stem, (_, _, csv) in written.items():
+        assert figures.CAPTIONS[stem](pd.read_csv(csv)) == captions[stem]

@@ -200,7 +200,7 @@ def dispersion_evidence(specimen: str) -> Evidence:
     zero = rows[rows.metric == "zero_row_fraction"].groupby("seq_len").value.mean()
     by_length = {T: ratio_interval(g.value) for T, g in ratio.groupby("seq_len")}
     means = ratio.groupby("seq_len").value.mean()
-    (short, s_int), (long, l_int) = (min(by_length.items()), max(by_length.items()))
+    (short, _), (long, l_int) = (min(by_length.items()), max(by_length.items()))
     softmax = data[(data.model == "rope-mech") & (data.metric == "last_row_dispersion")].groupby("seq_len").value.mean()
     return Evidence(f"E[H(a_T)] / log T of `{specimen}` " + ", ".join(f"{means[T]:.3f}" for T in means.index)
                     + f" at T = {', '.join(str(T) for T in means.index)} (all-zero last rows {100 * zero[short]:.0f}% "

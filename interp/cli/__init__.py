@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
-from interp.cli.commands import ignore_stop_signals, shown, train_configs
+from interp.cli.commands import shown, stop_signals_ignored, train_configs
 from interp.cli.parser import build_parser
 
 __all__ = ["build_parser", "main", "train_configs"]
@@ -91,9 +91,9 @@ def _main(argv: list[str] | None) -> int:
             reuse_freed_memory()
         return args.func(args)
     except KeyboardInterrupt:  # Ctrl-C anywhere, imports included (the commands that save say what they kept)
-        ignore_stop_signals()   # a storm of Ctrl-C cannot interrupt the message
-        _close_progress_bars()
-        print(f"{command}: interrupted", file=sys.stderr)
+        with stop_signals_ignored():   # a storm of Ctrl-C cannot interrupt the message
+            _close_progress_bars()
+            print(f"{command}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader of our output left (`glitchlens pretrained --json | head`): stop quietly,

@@ -5,10 +5,12 @@ imports no torch.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -180,12 +182,24 @@ def train_configs_fields(args):
     return TrainConfig(**fields)
 
 
-def ignore_stop_signals() -> None:
-    """Ignore Ctrl-C, SIGTERM and SIGHUP from now on: the command is ending and says why."""
+@contextlib.contextmanager
+def stop_signals_ignored():
+    """Ctrl-C, SIGTERM and SIGHUP ignored for the block: the command is ending and says why, and a
+    storm of Ctrl-C cannot cut that line. Put back after it, for a caller that goes on (``main``
+    called from Python, a test)."""
     import signal
 
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_IGN)
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    if threading.current_thread() is not threading.main_thread():   # signals belong to the main thread
+        yield
+        return
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in stops}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:   # None: a handler set outside Python, which cannot be put back
+                signal.signal(signum, handler)
 
 
 def cmd_train(args) -> int:
@@ -205,8 +219,8 @@ def cmd_train(args) -> int:
         train(model_cfg, train_cfg, args.out, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet,
               metadata={"command": " ".join(["glitchlens", *args.argv])}, device=args.device)
     except TrainingInterrupted as stop:
-        ignore_stop_signals()   # the run has saved and ends: a storm of Ctrl-C cannot cut this line
-        print(shown(stop), file=sys.stderr)
+        with stop_signals_ignored():   # the run has saved and ends: a storm of Ctrl-C cannot cut this line
+            print(shown(stop), file=sys.stderr)
         return 128 + stop.signum
     from models import read_config
 
@@ -316,7 +330,6 @@ def cmd_eval(args) -> int:
 
 def _print_table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]],
                  caption: str | None = None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=shown(title), caption=caption)

@@ -182,19 +182,6 @@ def final_layer(maps: Mapping[int, torch.Tensor]) -> dict[int, torch.Tensor]:
     return {layer: maps[layer]}
 
 
-def across_lengths(load: Loader, hooks: Mapping[str, str], lengths: Sequence[int], n: int,
-                   measure: Callable[[dict[int, torch.Tensor], str], pd.DataFrame]) -> pd.DataFrame:
-    """``measure(maps, model_name)`` of each model's ``hooks[model_name]`` maps on the first ``n``
-    FFL(0.8) sequences at each length, concatenated (one length's maps alive at a time)."""
-    frames = []
-    for name, hook in hooks.items():
-        model = load(name)
-        for T in progress_bar(lengths, f"{name} over lengths"):
-            _, maps = capture_maps(model, load_split("iid", n, seq_len=T), [hook])
-            frames.append(measure(maps[hook], name))
-    return pd.concat(frames, ignore_index=True)
-
-
 def per_sequence(load: Loader, hooks: Mapping[str, Sequence[str]], lengths: Sequence[int], n: int,
                  measure: Callable[[dict[str, dict[int, torch.Tensor]], str], pd.DataFrame],
                  batch_size: int = 4) -> pd.DataFrame:

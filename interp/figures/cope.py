@@ -28,15 +28,16 @@ def caption_cope_gates(data: pd.DataFrame) -> str:
 
 
 @register("cope_gates", {"10_cope_gates_positions": "CoPE's gates and contextual positions (CoPE paper Fig. 6)"})
-def figure_cope_gates(load: Loader) -> list[PaperFigure]:
-    """CoPE paper Fig. 6: cope-mech's gates and contextual positions on one iid window."""
+def figure_cope_gates(load: Loader, n: int = N_SAMPLES) -> list[PaperFigure]:
+    """CoPE paper Fig. 6: cope-mech's gates and contextual positions on one iid window, and the
+    mean gate per key token over the first ``n`` iid sequences."""
     tokens, window, seq = heatmap_sequence()
     _, maps = capture_maps(load(COPE), tokens, ["gates", "positions"])
     panels = {f"L{layer} H{head} {kind}": maps[kind][layer][0, head]
               for layer, gates in maps["gates"].items() for head in range(gates.shape[1])
               for kind in ("gates", "positions")}
-    data = gates_by_key_token(load(COPE)).assign(model=COPE, shown_seq=seq, window_start=window[0],
-                                                 window_stop=window[1])
+    data = gates_by_key_token(load(COPE), n).assign(model=COPE, shown_seq=seq, window_start=window[0],
+                                                    window_stop=window[1])
     return [paper_figure("10_cope_gates_positions", data,
                          lambda b: plots.heatmap_grid(panels, tokens[0], window=window, ncols=2, shared_scale="columns",
                                                       value_label=("gate g", "contextual position p"), backend=b))]

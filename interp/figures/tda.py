@@ -212,15 +212,16 @@ def caption_survivors(data: pd.DataFrame) -> str:
 
 
 @register("survivors", {"04_survivors_vs_length": "Surviving keys per query against context length (TDA paper Fig. 4)"})
-def figure_survivors(load: Loader, lengths: Sequence[int] = LENGTHS) -> list[PaperFigure]:
-    """TDA paper Fig. 4: surviving keys per query against context length, per layer."""
+def figure_survivors(load: Loader, lengths: Sequence[int] = LENGTHS, n: int = N_SWEEP_SEQUENCES) -> list[PaperFigure]:
+    """TDA paper Fig. 4: surviving keys per query against context length, per layer, over the
+    first ``n`` iid sequences of each length."""
     # a few sequences at a time (the maps at T = 2048 are 16 MB a sequence); every sequence of a
     # length has as many queries, so the mean over sequences is the mean over all their queries
-    counts = pd.concat([per_sequence(load, {name: [hook]}, lengths, N_SWEEP_SEQUENCES,
+    counts = pd.concat([per_sequence(load, {name: [hook]}, lengths, n,
                                      lambda maps, name, hook=hook: survivor_counts(maps[hook], name=f"{name} {hook}"))
                         for name, hook in SURVIVOR_MAPS], ignore_index=True)
     counts = counts.groupby(["layer", "head", "metric", "map", "seq_len"], as_index=False)["value"].mean()
-    data = survivor_growth(counts).assign(n_sequences=N_SWEEP_SEQUENCES)
+    data = survivor_growth(counts).assign(n_sequences=n)
     data["model_layer"] = data["map"] + " L" + data.layer.astype(str)
     return [paper_figure("04_survivors_vs_length", data,
                          lambda b: plots.survivor_chart(data, series="model_layer", backend=b))]

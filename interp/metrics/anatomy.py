@@ -54,7 +54,12 @@ def key_regions(tokens: np.ndarray, carriers: np.ndarray, seq: np.ndarray, posit
       instructions before it, with their bits);
     - ``other``: the rest: ignores and reads with their bits, outside the recent tokens.
 
-    Every read needs a write before it (a flip-flop sequence opens with one)."""
+    Every read needs a write before it (a flip-flop sequence opens with one).
+
+    The project's glitch anatomy (no paper defines the regions; ``first token`` is the attention
+    sink of TDA paper (``003_ffe354fecd74e1d6.txt``) Sec. 3); a helper on token ids and bit
+    carriers.
+    """
     tokens, carriers = np.asarray(tokens), np.asarray(carriers)
     write_pos = last_write_positions(tokens)[seq, position]
     if (write_pos < 0).any():
@@ -84,7 +89,11 @@ def region_masses(pattern: torch.Tensor, regions: dict[str, torch.Tensor], seq: 
                   position: np.ndarray) -> dict[str, torch.Tensor]:
     """``{region: [read, head]}``: the share of each head's attention at each read that falls in
     each region: ``|A_qk|`` summed over the region's keys over ``|A_qk|`` summed over every key
-    ``k <= q`` (signed differential maps count by magnitude). A row that is all zero has NaN."""
+    ``k <= q`` (signed differential maps count by magnitude). A row that is all zero has NaN.
+
+    The project's glitch anatomy; masses by magnitude as TDA paper (``003_ffe354fecd74e1d6.txt``)
+    Sec. 3 normalises rows (``|a_ij| / ||a_i||_1``); on the final layer's ``hook_pattern``.
+    """
     rows = _read_rows(pattern, seq, position).abs()
     rows = rows.masked_fill(~causal(pattern.shape[-1])[torch.as_tensor(position)][:, None, :], 0.0)
     total = rows.sum(-1)
@@ -94,7 +103,10 @@ def region_masses(pattern: torch.Tensor, regions: dict[str, torch.Tensor], seq: 
 
 def destination(masses: pd.DataFrame) -> pd.Series:
     """The destination of each row of ``masses`` (a column per region of :data:`REGIONS`): the
-    region that holds more than half of the weight (at most one can), else ``spread``."""
+    region that holds more than half of the weight (at most one can), else ``spread``.
+
+    A helper, no paper quantity: the class of a row of :func:`region_masses`.
+    """
     values = masses[list(REGIONS)].to_numpy(dtype=float)
     best = np.nan_to_num(values, nan=-1.0).argmax(1)
     held = np.take_along_axis(values, best[:, None], 1)[:, 0] > 0.5
@@ -110,7 +122,10 @@ def attention_destinations(pattern: torch.Tensor, tokens: np.ndarray, carriers: 
     The layer's weight is the mean over its heads of each head's :func:`region_masses` (heads
     whose row is all zero left out), so that one head's pick is a quarter of a 4-head layer's.
     ``pattern`` ``[batch, head, query_pos, key_pos]`` is the final layer's map on ``tokens``
-    ``[n, T]``; ``carriers`` the bit carriers at its input."""
+    ``[n, T]``; ``carriers`` the bit carriers at its input.
+
+    The project's glitch anatomy (no paper figure); on the final layer's ``hook_pattern``.
+    """
     seq, position = reads.seq.to_numpy(copy=True), reads.position.to_numpy(copy=True)
     masses = region_masses(pattern, key_regions(tokens, carriers, seq, position), seq, position)
     frame = reads.reset_index(drop=True).copy()
@@ -122,7 +137,10 @@ def attention_destinations(pattern: torch.Tensor, tokens: np.ndarray, carriers: 
 
 def retrieval_head(pattern: torch.Tensor, tokens: np.ndarray, carriers: np.ndarray, reads: pd.DataFrame) -> int:
     """The head of a final layer that puts the most weight on the ``last write`` region
-    (:func:`key_regions`), mean over ``reads``: the head that retrieves the bit."""
+    (:func:`key_regions`), mean over ``reads``: the head that retrieves the bit.
+
+    A helper, no paper quantity; on the final layer's ``hook_pattern``.
+    """
     seq, position = reads.seq.to_numpy(copy=True), reads.position.to_numpy(copy=True)
     masses = region_masses(pattern, key_regions(tokens, carriers, seq, position), seq, position)
     return int(torch.nan_to_num(masses[REGIONS[0]], nan=0.0).mean(0).argmax())
@@ -145,7 +163,12 @@ def logit_split(content: torch.Tensor, position_term: torch.Tensor, allowed: tor
     ``losing_term``: where the margin is negative, ``position`` (only the position term's part
     is negative), ``content`` (only the content term's), ``both``; ``threshold`` where no key
     holding the bit is allowed (TRA's threshold removed them all); ``none`` where the target
-    wins (the read's error comes from elsewhere). NaN keys and terms where a side is empty."""
+    wins (the read's error comes from elsewhere). NaN keys and terms where a side is empty.
+
+    The project's glitch anatomy; the terms are each mechanism's logit: RoPE's rotary q.k, FoT's and
+    TRA's from TRA paper (``000_1e40be65c4985cd5.txt``) eq. 3-12 (S, S' = ReLU(S), M, D-bar log
+    delta); on the hooks of ``interp.figures.anatomy.SPLIT_HOOKS``.
+    """
     seq, position = reads.seq.to_numpy(copy=True), reads.position.to_numpy(copy=True)
     last = key_regions(tokens, carriers, seq, position)[REGIONS[0]]
     c, p = (_read_rows(x[:, head:head + 1], seq, position)[:, 0] for x in (content, position_term))
@@ -202,7 +225,11 @@ def wilson_interval(count, n, confidence: float = 0.95) -> tuple[np.ndarray, np.
 def share_table(frame: pd.DataFrame, by: Sequence[str], column: str, classes: Sequence[str]) -> pd.DataFrame:
     """Per group of ``by`` and class of ``column`` (every class of ``classes``, 0 where absent):
     ``count``, ``n`` (the group's rows), ``share`` = count / n and its 95% Wilson interval
-    ``share_low``, ``share_high``."""
+    ``share_low``, ``share_high``.
+
+    A statistics helper, no paper quantity: shares of a frame's classes with
+    :func:`wilson_interval`.
+    """
     rows = []
     for key, group in frame.groupby(list(by), observed=True, sort=True):
         counts = group[column].value_counts()
@@ -217,7 +244,10 @@ def share_table(frame: pd.DataFrame, by: Sequence[str], column: str, classes: Se
 def mean_interval(frame: pd.DataFrame, by: Sequence[str], value: str, confidence: float = 0.95) -> pd.DataFrame:
     """Per group of ``by``: the ``mean`` of ``value`` over the group's rows (NaN skipped), ``n``
     (rows with a value), ``std`` and the two-sided t interval of the mean, ``mean_low`` and
-    ``mean_high`` (the mean itself for a single row or no spread)."""
+    ``mean_high`` (the mean itself for a single row or no spread).
+
+    A statistics helper, no paper quantity (no paper of the four gives intervals).
+    """
     grouped = frame.groupby(list(by), observed=True)[value]
     table = pd.DataFrame({"mean": grouped.mean(), "n": grouped.count(), "std": grouped.std()}).reset_index()
     t = stdtrit(np.maximum(table.n - 1, 1), 1 - (1 - confidence) / 2)   # Student's t quantile
@@ -230,7 +260,11 @@ def growth_exponent(frame: pd.DataFrame, by: Sequence[str], x: str = "seq_len", 
     """Per group of ``by``: the least-squares slope of log ``y`` against log ``x`` (``exponent``:
     ``y`` grows as ``x ** exponent``, 1 linear, 0 flat), over the rows where ``y`` > 0, with
     the lengths it spans (``from_x``, ``to_x``). Unlike a ratio between two lengths it does not
-    depend on which lengths were measured."""
+    depend on which lengths were measured.
+
+    The project's summary of TDA paper (``003_ffe354fecd74e1d6.txt``) App. B.2 / Fig. 4 (survivors
+    against length); on :func:`~interp.metrics.survivor_growth` frames.
+    """
     rows = []
     for key, group in frame[frame[y] > 0].groupby(list(by), observed=True):
         lx, ly = np.log(group[x].to_numpy(dtype=float)), np.log(group[y].to_numpy(dtype=float))

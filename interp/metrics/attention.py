@@ -44,6 +44,8 @@ def cache_maps(cache, name: str = "pattern") -> dict[int, torch.Tensor]:
 
     ``name``: ``pattern``, ``attn_scores``, ``view_1``, ``view_2``, or any other attention hook.
     Works on a TransformerLens ``ActivationCache`` or a plain dict of hook name -> tensor.
+
+    A helper, no paper quantity.
     """
     pattern = re.compile(rf"blocks\.(\d+)\.attn\.hook_{re.escape(name)}")
     maps = {int(m.group(1)): cache[key] for key in cache.keys() if (m := pattern.fullmatch(key))}
@@ -53,7 +55,10 @@ def cache_maps(cache, name: str = "pattern") -> dict[int, torch.Tensor]:
 
 
 def by_layer(maps: Maps) -> dict[int, torch.Tensor]:
-    """``Maps`` -> ``{layer: [batch, head, T, T]}``; a bare map is layer 0."""
+    """``Maps`` -> ``{layer: [batch, head, T, T]}``; a bare map is layer 0.
+
+    A helper, no paper quantity.
+    """
     if isinstance(maps, (torch.Tensor, np.ndarray)):
         maps = {0: maps}
     elif not isinstance(maps, Mapping):
@@ -73,25 +78,37 @@ def by_layer(maps: Maps) -> dict[int, torch.Tensor]:
 
 
 def causal(n: int, device=None) -> torch.Tensor:
-    """``[query_pos, key_pos]`` bool, True where key j <= query i."""
+    """``[query_pos, key_pos]`` bool, True where key j <= query i.
+
+    A helper, no paper quantity.
+    """
     return torch.ones(n, n, dtype=torch.bool, device=device).tril()
 
 
 def magnitudes(a: torch.Tensor) -> torch.Tensor:
-    """|A_ij| in float32 with the entries j > i set to 0: the paper's masked absolute weights."""
+    """|A_ij| in float32 with the entries j > i set to 0: the paper's masked absolute weights.
+
+    A helper of the TDA paper (``003_ffe354fecd74e1d6.txt``) Sec. 3 metrics.
+    """
     return a.float().abs().masked_fill(~causal(a.shape[-1], a.device), 0.0)
 
 
 def l1_normalised(a: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     """:func:`magnitudes` over their row's l1 norm, ``|A_ij| / max(sum_{t <= i} |A_it|, eps)``: each
-    row a distribution over its keys, an all-zero row left at 0."""
+    row a distribution over its keys, an all-zero row left at 0.
+
+    TDA paper (``003_ffe354fecd74e1d6.txt``) Sec. 3's p_ij of :func:`effective_entropy`; on any map.
+    """
     mag = magnitudes(a)
     return mag / mag.sum(-1, keepdim=True).clamp_min(eps)
 
 
 def zero_rows(a: torch.Tensor) -> torch.Tensor:
     """``[batch, head, query_pos]`` bool: rows whose causal entries are all exactly 0 (a query
-    that attends to nothing: possible for rectified and thresholded mechanisms)."""
+    that attends to nothing: possible for rectified and thresholded mechanisms).
+
+    A helper, no paper quantity.
+    """
     return ~((a != 0) & causal(a.shape[-1], a.device)).any(-1)
 
 
@@ -116,7 +133,10 @@ def summarise(frame: pd.DataFrame, over: Sequence[str] = ("head",), how: str = "
     """Reduce ``value`` over the columns ``over`` (e.g. heads -> per layer; layers and heads ->
     overall, the paper's ``1/(LH) sum_{l,h}``), grouping by every other identifying column.
     ``how``: any pandas reduction (``mean`` skips NaN, as the paper omits undefined layers).
-    A name in ``over`` that is not a column of ``frame`` is a ``ValueError``."""
+    A name in ``over`` that is not a column of ``frame`` is a ``ValueError``.
+
+    A helper, no paper quantity.
+    """
     over = [over] if isinstance(over, str) else list(over)
     missing = [c for c in over if c not in frame.columns]
     if missing:
@@ -182,6 +202,9 @@ def dispersion(maps: Maps, eps: float = EPS, name: str = "pattern") -> pd.DataFr
     |S(i)| = query_pos + 1, the paper's 1-indexed i, so a uniform causal map gives ratio 1 at
     every position. Undefined values are NaN: the ratio at position 0 (log 1 = 0), and both
     at a position where every row in the batch is zero.
+
+    Source: TDA paper (``003_ffe354fecd74e1d6.txt``) Sec. 3 ("Attention Dispersion"); on
+    ``hook_pattern`` or a view.
     """
     def stats(a):
         H_sum, live, dead = _entropy_by_position(a, eps)
@@ -200,6 +223,9 @@ def entropy_summary(maps: Maps, eps: float = EPS, name: str = "pattern") -> pd.D
       A log|S(i)|-weighted mean of the per-position ratios (one number per head, where the
       paper plots a limit); 1 for a uniform map, 0 for one-hot rows;
     - ``zero_rows`` (count) and ``zero_row_fraction``: the rows left out of both.
+
+    Source: TDA paper (``003_ffe354fecd74e1d6.txt``) Sec. 3 ("Attention Dispersion"), summed over
+    positions; on ``hook_pattern`` or a view.
     """
     def stats(a):
         H_sum, live, dead = _entropy_by_position(a, eps)
@@ -310,7 +336,11 @@ def survivor_scaling(maps_per_length: Iterable[Maps], name: str = "pattern") -> 
 def survivor_growth(counts: pd.DataFrame) -> pd.DataFrame:
     """:func:`survivor_scaling` from :func:`survivor_counts` frames computed beforehand (at
     several lengths, maps and layers; e.g. one layer at a time when the maps are too large
-    to hold together)."""
+    to hold together).
+
+    A helper of TDA paper (``003_ffe354fecd74e1d6.txt``) App. B.2 / Fig. 4; on
+    :func:`survivor_counts` frames.
+    """
     frame = summarise(counts)
     shortest = frame.sort_values("seq_len").groupby(["map", "layer"])
     frame["growth"] = frame.value / shortest.value.transform("first")

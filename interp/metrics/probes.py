@@ -53,6 +53,11 @@ def read_table(tokens, predicted) -> pd.DataFrame:
     ``tokens [n, T]`` are whole sequences (the answer after the last ``r`` included);
     ``predicted [n, T - 1]`` is the model's argmax on ``tokens[:, :-1]`` (a ``[n, T]`` array
     is accepted too; its last column is never a read).
+
+    Source: flip-flop paper (``002_cbc1a16af32b4280.txt``) Sec. 3.1 (a read returns the bit of the
+    most recent write; a wrong one is an attention glitch) and Fig. 12 right (its dependency length:
+    the ignores since the last write or read); on the token ids and the model's argmax of the logits
+    at each ``r``.
     """
     tokens, predicted = _ids(tokens, "tokens"), _ids(predicted, "predicted")
     outside = (tokens < 0) | (tokens >= D_VOCAB)
@@ -91,7 +96,11 @@ def read_table(tokens, predicted) -> pd.DataFrame:
 
 
 def glitch_table(tokens, predicted) -> pd.DataFrame:
-    """The wrong reads of :func:`read_table`: every glitch of an evaluation, one per row."""
+    """The wrong reads of :func:`read_table`: every glitch of an evaluation, one per row.
+
+    Source: flip-flop paper (``002_cbc1a16af32b4280.txt``) Sec. 1 (an attention glitch is a wrong
+    read); on :func:`read_table`'s rows.
+    """
     reads = read_table(tokens, predicted)
     return reads[~reads.correct].reset_index(drop=True)
 
@@ -102,6 +111,10 @@ def error_rate_by_dependency(reads: pd.DataFrame, by: str = "dependency_length",
     from a :func:`read_table` frame. Columns ``by`` (the length, or a bin's lower edge),
     ``n_reads``, ``n_errors``, ``error_rate`` = n_errors / n_reads. ``bins``: increasing
     edges; bin b holds lengths in [bins[b], bins[b + 1]); lengths outside are dropped.
+
+    Source: flip-flop paper (``002_cbc1a16af32b4280.txt``) Fig. 12 right and App. B.4: the paper shows
+    how the wrong answers spread over dependency lengths; this is the rate per length shown beside
+    it (``interp.figures.flipflop.dependency_histogram`` holds both); on :func:`read_table`'s rows.
     """
     key = reads[by]
     if bins is not None:
@@ -126,6 +139,10 @@ def last_write_attention(maps: Maps, tokens) -> pd.DataFrame:
     one of the two write tokens, strictly above every other key (so a uniform row is False).
     Weights are signed for differential maps; the argmax is of the signed weight, the most
     excitatory key.
+
+    Source: flip-flop paper (``002_cbc1a16af32b4280.txt``) Fig. 5c and 16b (the ideal 1-layer head
+    attends to the most recent write); on ``hook_pattern`` (or a view) ``[batch, head, query_pos,
+    key_pos]``, at the reads' rows.
     """
     tokens = _ids(tokens, "tokens")
     seq, position = np.nonzero(read_mask(tokens))
@@ -154,7 +171,10 @@ def last_write_attention(maps: Maps, tokens) -> pd.DataFrame:
 def last_write_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per layer and head, from :func:`last_write_attention`: ``last_write_weight`` (mean weight
     on the write's own tokens) and ``last_write_argmax_rate`` (fraction of reads where they hold
-    the argmax)."""
+    the argmax).
+
+    A helper, no paper quantity of its own: per-head means of :func:`last_write_attention`.
+    """
     return _per_head_means(table, {"weight": "last_write_weight", "is_argmax": "last_write_argmax_rate"})
 
 
@@ -171,7 +191,11 @@ def bit_carriers_in_tokens(tokens) -> np.ndarray:
     """``[n, T]`` bool: the tokens that are the bit of their position's most recent write: the
     bit after that ``w``, and the bit after each ``r`` since (a read's bit repeats it). What
     holds the last write's bit at the input of layer 0. The ``w`` itself never does: under
-    causal attention it cannot see the bit that follows it, at any layer."""
+    causal attention it cannot see the bit that follows it, at any layer.
+
+    The project's probe (no paper equation; flip-flop paper (``002_cbc1a16af32b4280.txt``) Sec. 3.1
+    defines the bit a read returns); on the token ids.
+    """
     tokens = _ids(tokens, "tokens")
     write_pos = last_write_positions(tokens)
     after_read = np.zeros(tokens.shape, dtype=bool)
@@ -197,7 +221,11 @@ def propagate_bit_carriers(pattern: torch.Tensor, tokens, carriers, min_share: f
     0.22 of its weight on the write's bit and 0.48 on the newer bit between them, and its final
     layer reads from such positions). Inhibitory weights of differential maps move no bit and
     are left out; a row with no positive weight moves nothing. Positions keep what they hold:
-    the residual stream carries it on."""
+    the residual stream carries it on.
+
+    The project's probe (no paper equation; flip-flop paper (``002_cbc1a16af32b4280.txt``) Fig. 5a-b
+    shows deeper heads reading elsewhere than the write); on one layer's ``hook_pattern``.
+    """
     tokens = _ids(tokens, "tokens")
     if pattern.ndim != 4 or pattern.shape[0] != tokens.shape[0] or pattern.shape[-1] != tokens.shape[1]:
         raise ValueError(f"pattern {tuple(pattern.shape)} must be [batch, head, T, T] for tokens {tokens.shape}")
@@ -213,7 +241,10 @@ def bit_carriers(maps: Maps, tokens, min_share: float = MIN_CARRIER_SHARE) -> di
     each layer. Layer 0: :func:`bit_carriers_in_tokens`. Layer l > 0: those of layer l - 1 and
     the positions layer l - 1 moved the bit into (:func:`propagate_bit_carriers`), so the set
     follows the model's own attention. ``maps`` must hold every layer from 0 (the patterns,
-    ``[batch, head, query_pos, key_pos]``)."""
+    ``[batch, head, query_pos, key_pos]``).
+
+    The project's probe (no paper equation); on ``hook_pattern`` of every layer from 0.
+    """
     layers = by_layer(maps)
     if sorted(layers) != list(range(len(layers))):
         raise ValueError(f"the carriers of a layer depend on every layer below it: need the maps of layers "
@@ -238,6 +269,9 @@ def bit_carrier_attention(maps: Maps, tokens, carriers: dict[int, np.ndarray] | 
     ``carriers``: ``{layer: [n, T]}`` for every layer of ``maps``, computed from ``maps``
     when None (which then must hold every layer from 0). ``maps`` are ``[batch, head,
     query_pos, key_pos]``; ``tokens`` ``[n, T]`` are what the model read.
+
+    The project's probe, flip-flop paper (``002_cbc1a16af32b4280.txt``) Fig. 5c's ideal head carried
+    to models of several layers; on ``hook_pattern`` (or a view), at the reads' rows.
     """
     tokens = _ids(tokens, "tokens")
     layers = by_layer(maps)
@@ -267,13 +301,20 @@ def bit_carrier_attention(maps: Maps, tokens, carriers: dict[int, np.ndarray] | 
 def bit_carrier_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per layer and head, from :func:`bit_carrier_attention`: ``bit_carrier_weight`` (mean
     weight on the positions holding the last write's bit) and ``bit_carrier_argmax_rate``
-    (fraction of reads whose largest weight lies on one of them)."""
+    (fraction of reads whose largest weight lies on one of them).
+
+    A helper, no paper quantity of its own: per-head means of :func:`bit_carrier_attention`.
+    """
     return _per_head_means(table, {"carrier_weight": "bit_carrier_weight", "is_argmax": "bit_carrier_argmax_rate"})
 
 
 def automaton_write_positions(inputs) -> np.ndarray:
     """For automaton inputs ``[..., T]``, the index of the most recent write (sigma_0 or sigma_1)
-    at or before each position, ``-1`` before the first: the key the ideal head attends to."""
+    at or before each position, ``-1`` before the first: the key the ideal head attends to.
+
+    A helper of :func:`automaton_write_attention` (flip-flop paper (``002_cbc1a16af32b4280.txt``)
+    Def. 1: the state is the last write's symbol); on automaton input ids.
+    """
     inputs = np.asarray(inputs)
     pos = np.arange(inputs.shape[-1])
     return np.maximum.accumulate(np.where(inputs != BOTTOM, pos, -1), axis=-1)
@@ -285,6 +326,9 @@ def automaton_write_attention(maps: Maps, inputs) -> pd.DataFrame:
     paper's Fig. 5c / 16b puts all of it. Columns ``layer, seq, head, position, write_pos``,
     ``weight`` = A[position, write_pos] and ``is_argmax`` (that key's weight is strictly above
     every other key's). Positions before the first write have ``write_pos`` -1, weight NaN.
+
+    Source: flip-flop paper (``002_cbc1a16af32b4280.txt``) Def. 1, Fig. 5c and 16b; on
+    ``hook_pattern`` of a model run on automaton inputs.
     """
     inputs = _ids(inputs, "inputs")
     pos = np.arange(inputs.shape[1])
@@ -314,7 +358,11 @@ def sharp_share(table: pd.DataFrame, threshold: float = 0.99) -> pd.DataFrame:
     the share of reads (positions, for the automaton) at which some head puts at least
     ``threshold`` of its weight on the most recent write, the hard attention the flip-flop
     paper's sharpening regularisers promote (Sec. 5.2, R8). Positions before any write are left
-    out. Columns ``layer, n, sharp, share``."""
+    out. Columns ``layer, n, sharp, share``.
+
+    Source: flip-flop paper (``002_cbc1a16af32b4280.txt``) Sec. 5.2 (R8); on the probe tables'
+    weights (``hook_pattern``).
+    """
     table = table.dropna(subset=["weight"])
     best = table.groupby(["layer", "seq", "position"]).weight.max()
     sharp = (best >= threshold).groupby(level="layer")
@@ -326,7 +374,11 @@ def mean_by_key_token(maps: Maps, tokens, name: str = "pattern") -> pd.DataFrame
     """The mean of a map over the causal entries whose key is each flip-flop token (``w``, ``r``,
     ``i``, ``0``, ``1``), per layer and head: which tokens a head attends to, or which tokens a
     CoPE head counts when the map is its gates (CoPE paper Fig. 6). Column ``key_token``; NaN
-    for a token absent from the batch."""
+    for a token absent from the batch.
+
+    Source: CoPE paper (``004_48497b25c7e609ea.txt``) Fig. 6 (the gates per key token); on
+    ``hook_gates`` (CoPE) or ``hook_pattern``.
+    """
     tokens = torch.as_tensor(_ids(tokens, "tokens"))
     parts = []
     for token, symbol in enumerate(VOCAB):

@@ -106,7 +106,9 @@ def patching_heatmap(summary: pd.DataFrame, x: str = "offset", y: str = "compone
                      backend: str = "plotly"):
     """A ``y`` x ``x`` grid of ``value`` from :func:`interp.circuits.patching_summary` (component
     x position, or sender x receiver input), rows and columns in the order they first appear,
-    on the diverging scale centred at 0 and at least +-1, each cell labelled with its value."""
+    on the diverging scale centred at 0 and at least +-1, each cell labelled with its value; an
+    ``x`` of ``<NA>`` (every position patched at once) is the column ``all``."""
+    summary = summary.assign(**{x: summary[x].astype(object).where(summary[x].notna(), "all")})
     table = summary.pivot_table(index=y, columns=x, values=value, sort=False)
     table = table.loc[list(dict.fromkeys(summary[y])), list(dict.fromkeys(summary[x]))]
     values = table.to_numpy(dtype=float)
