@@ -81,12 +81,12 @@ def cope_tasks_table(results: list[dict]) -> pd.DataFrame:
 
 def cope_tasks_summary(frame: pd.DataFrame) -> str:
     """Mean (standard deviation) over seeds of the answer error rate, per task, model and split,
-    beside the paper's."""
+    beside the paper's (no sd from a single seed)."""
     lines = ["| task | model | split | seeds | error % (sd) | paper % (sd) |", "|---|---|---|---|---|---|"]
     for (task, model, split), runs in frame.groupby(["task", "model", "split"], sort=False):
         paper = PAPER_ERROR.get((task, model), {}).get(split)
-        lines.append(f"| {task} | {model} | {split} | {len(runs)} | {runs.error_rate.mean():.1f} "
-                     f"({runs.error_rate.std(ddof=1) if len(runs) > 1 else 0:.1f}) | "
+        spread = f" ({runs.error_rate.std(ddof=1):.1f})" if len(runs) > 1 else ""
+        lines.append(f"| {task} | {model} | {split} | {len(runs)} | {runs.error_rate.mean():.1f}{spread} | "
                      + (f"{paper[0]} ({paper[1]}) |" if paper else "- |"))
     return (f"CoPE's tasks at CPU scale: 2 x 2 x 64, {STEPS} steps of batch 16 at lr 1e-3 ({RECIPE}); error: "
             "wrong answers over all answers of each split's 1000 sequences. Paper: Tables 2-4, 9, 10.\n\n"
