@@ -77,6 +77,18 @@ def test_last_row_dispersion_by_hand():
     assert last_row_dispersion(uniform).value.tolist() == pytest.approx([1.0, 1.0, 0.0, 0.0])
 
 
+def test_new_metrics_read_half_precision_maps_as_float32_ones():
+    # half precision (a model run under autocast): the same numbers as the float32 map, not overflowed sums
+    torch.manual_seed(0)
+    a = torch.rand(2, 2, 16, 16).tril()
+    q, k = torch.randn(2, 16, 2, 8), torch.randn(2, 16, 2, 8)
+    for half in (torch.float16, torch.bfloat16):
+        assert last_row_dispersion(a.to(half)).value.tolist() == pytest.approx(
+            last_row_dispersion(a.to(half).float()).value.tolist())
+        assert raw_logits(q.to(half), k.to(half)).dtype == torch.float32
+        assert peak_cooccurrence(a.to(half), a.to(half)).value.tolist() == [1.0, 1.0]   # one layer, two heads
+
+
 def test_peak_cooccurrence_by_hand():
     # Fig. 1b: the difference can fall below view 1's peak only where view 2 weighs that key
     view_1, view_2 = torch.zeros(1, 1, 3, 3), torch.zeros(1, 1, 3, 3)
@@ -100,7 +112,7 @@ def test_raw_logits_and_tails_by_hand():
     q = torch.tensor([1.0, 2.0, 0.0, 0.0]).expand(1, 2, 1, 4)
     k = torch.tensor([3.0, 1.0, 0.0, 2.0]).expand(1, 2, 1, 4)
     assert raw_logits(q, k)[0, 0].tolist() == [[2.5, 2.5], [2.5, 2.5]]
-    # 1 outlier among 21 causal entries of a 6 x 6 map: |s - mean| > k sigma for k = 2, 3 but not 4
+    # 1 outlier among 21 causal entries of a 6 x 6 map, 4.4 sigma from their mean: past k = 2, 3 and 4
     s = torch.zeros(1, 1, 6, 6)
     s[0, 0, 5, 0] = 10.0
     s[0, 0, 0, 5] = 1e6                       # above the diagonal: never counted
