@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import numpy as np
 import pandas as pd
@@ -245,9 +246,12 @@ FAST = tuple(name for name, (_, seconds) in MEASUREMENTS.items() if seconds <= 5
 STUDIES = {"r1-checkpoints": r1_checkpoints}
 
 
-def measure(names: list[str] | None = None) -> list[str]:
+def measure(names: list[str] | None = None, progress: bool = True) -> list[str]:
     """Recompute ``names`` (default: every measurement) and write each to ``runs/claims/NAME.csv``;
-    ``r1-checkpoints`` runs the checkpoint study. Returns the files written."""
+    ``r1-checkpoints`` runs the checkpoint study. A bar on stderr names the one running
+    (``progress``). Returns the files written."""
+    from tqdm.auto import tqdm
+
     names = list(MEASUREMENTS) if not names else names
     unknown = [n for n in names if n not in MEASUREMENTS and n not in STUDIES]
     if unknown:
@@ -255,7 +259,9 @@ def measure(names: list[str] | None = None) -> list[str]:
                          f"{', '.join([*MEASUREMENTS, *STUDIES])}")
     written = []
     CACHE.mkdir(parents=True, exist_ok=True)
-    for name in names:
+    bar = tqdm(names, desc="claims --measure", unit="measurement", disable=not progress, file=sys.stderr)
+    for name in bar:
+        bar.set_postfix_str(name)
         if name in STUDIES:
             STUDIES[name]()
             written.append(str(RUNS / R1_CHECKPOINTS[0]))

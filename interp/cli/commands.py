@@ -733,7 +733,7 @@ def cmd_claims(args) -> int:
     from interp.claims import measure, sources
 
     if args.measure is not None:
-        for path in measure.measure(args.measure):
+        for path in measure.measure(args.measure, progress=not args.quiet):
             print(shown(f"wrote {path}"), file=sys.stderr)
         sources.clear()
     frame = claims.table()

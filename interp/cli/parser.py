@@ -397,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--measure", nargs="*", metavar="NAME",
                    help="first recompute these specimen measurements into runs/claims/ (none named: all of them; "
                         "r1-checkpoints: the checkpoint study, a training run)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on stderr while measuring")
     p.set_defaults(func=cmd_claims)
     return parser
 
