@@ -1,7 +1,7 @@
 # GlitchLens: `make demo` (set up, train, evaluate, diagnose), `make test` (set up, run the tests) and
 # `make notebooks` (execute the notebooks and write their outputs back, to commit with them).
 # The extras installed: test (pytest, the notebooks' Jupyter stack) and ray (sweeps on a Ray cluster,
-# docs/guide.md "Sweeps on Ray"), whose test runs in CI. `pip install .` alone installs neither.
+# docs/how-to/sweep-on-ray.md "Sweeps on Ray"), whose test runs in CI. `pip install .` alone installs neither.
 # torch is pinned and installed first (the local CPU wheel here); a GPU machine may pass its own
 #   make setup TORCH_SPEC="torch==2.13.0 --index-url <PyTorch's index for your CUDA>"
 PYTHON ?= python3
@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
 DEMO ?= runs/demo
 TEST_WORKERS ?= 2
-# The GPU steps (docs/cpu-path-and-kernels.md "On a GPU"): each call ends within CALL_S seconds plus one unit of work
+# The GPU steps (docs/how-to/run-on-a-gpu.md "On a GPU"): each call ends within CALL_S seconds plus one unit of work
 # (a benchmark pair, a training step) and a save, and the same command resumes where it stopped.
 CALL_S ?= 480
 GPU_RUNS ?= runs/gpu
@@ -37,7 +37,7 @@ test: setup
 	$(BIN)/python -m pytest -ra -n $(TEST_WORKERS) --dist worksteal --durations=30
 
 notebooks: setup
-	$(BIN)/python -m interp.notebooks
+	$(BIN)/python -m interp.docs.notebooks
 
 gpu-test: setup
 	$(BIN)/python -m pytest -ra -n $(GPU_TEST_WORKERS) --dist worksteal
@@ -47,19 +47,19 @@ gpu-bench: setup
 	$(BIN)/glitchlens bench kernels --repeats 10 --budget-s $(CALL_S) --out $(GPU_RUNS)/bench-kernels.csv
 
 # A specimen at the papers' scale (NAME=tra-mini, fot-mini, rope-mini, tda-mini or cope-mini; the
-# specimens are in interp/specimens.py). Trains in calls of CALL_S seconds: `timeout` then
+# specimens are in interp/studies/specimens.py). Trains in calls of CALL_S seconds: `timeout` then
 # sends the Ctrl-C that makes `glitchlens train` save a checkpoint and stop, and --resume goes on from
 # it (exactly: the batch of a step depends only on the seed and the step). The call that finishes
 # the run adopts it as models/pretrained/NAME, evaluated on the full splits on the GPU.
 gpu-specimen: setup
 	@test -n "$(NAME)" || { echo "usage: make gpu-specimen NAME=tra-mini"; exit 2; }
 	status=0; timeout -s INT $(CALL_S) $(BIN)/glitchlens train $$($(BIN)/python -c "import shlex; \
-	    from interp.specimens import specimen; print(shlex.join(specimen('$(NAME)').train_args()))") \
+	    from interp.studies.specimens import specimen; print(shlex.join(specimen('$(NAME)').train_args()))") \
 	    --device cuda --out $(GPU_RUNS)/$(NAME) --checkpoint-every 500 --resume || status=$$?; \
 	if [ $$status = 124 ]; then echo "$(NAME): saved after $(CALL_S) s; run the same command again to go on"; exit 0; fi; \
 	test $$status = 0 && $(BIN)/glitchlens pretrained build $(NAME) --from-run $(GPU_RUNS)/$(NAME) --overwrite
 
-# Table 1 at one budget (docs/results.md "Longer budgets"): the 12 models, 3 seeds, STEPS steps each, GPU_JOBS
+# Table 1 at one budget (docs/results/claims.md "Longer budgets"): the 12 models, 3 seeds, STEPS steps each, GPU_JOBS
 # runs sharing the GPU. Each call trains for CALL_S seconds, then the Ctrl-C of `timeout` stops every run after
 # its step with its checkpoint saved, and the same command resumes them.
 gpu-table1: setup
@@ -70,8 +70,14 @@ gpu-table1: setup
 
 # The check of the Triton kernels on one GPU, under 10 minutes: the kernel tests on the device, then
 # `glitchlens bench kernels` at T = 4096-32768 beside SDPA into runs/gpu/bench-kernels-<card>.csv (kernels/gpu_check.py).
-# It runs the machine's own python3, PyTorch and Triton (no setup: docs/cpu-path-and-kernels.md "On a GPU").
+# It runs the machine's own python3, PyTorch and Triton (no setup: docs/how-to/run-on-a-gpu.md "On a GPU").
 GPU_PYTHON ?= python3
 .PHONY: gpu-kernels
 gpu-kernels:
 	$(GPU_PYTHON) -m kernels.gpu_check
+
+# The reference pages of docs/reference/ (API, commands, hooks, environment variables and tolerances),
+# generated from the code; `$(BIN)/python -m interp.docs.reference --check` names the stale ones.
+.PHONY: docs
+docs: setup
+	$(BIN)/python -m interp.docs.reference

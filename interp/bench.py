@@ -57,8 +57,8 @@ def bench_data(repeats: int = 3) -> list[dict]:
 def bench_models(repeats: int = 3, preset: str = "mini", seq_len: int = 512, batch_size: int = 8) -> list[dict]:
     """Training-step time (forward + backward + AdamW) of every mechanism, relative to softmax + RoPE,
     each with its default ``attention_impl`` (on the CPU: ``kernels.rows``) and glibc keeping
-    freed blocks (:func:`interp.train.reuse_freed_memory`), as ``glitchlens train`` runs them."""
-    from interp.train import TrainConfig, make_optimizer, reuse_freed_memory
+    freed blocks (:func:`interp.training.setup.reuse_freed_memory`), as ``glitchlens train`` runs them."""
+    from interp.training.setup import TrainConfig, make_optimizer, reuse_freed_memory
     from models import MODEL_NAMES, ModelConfig, build_model
 
     reuse_freed_memory()
@@ -261,7 +261,7 @@ def forward_flops(cfg, n_pos: int, causal: bool = True, last_layer_queries=None)
 
 
 def eval_flops(cfg, lengths, n_reads: int) -> int:
-    """Model FLOPs of an evaluation, the measure of issue 11: each sequence's causal forward
+    """Model FLOPs of an evaluation, the scored-prefix measure: each sequence's causal forward
     at its scored length (:func:`interp.evaluate.scored_lengths`), plus the unembedding at
     every read; what the evaluation skips inside that forward still counts."""
     counts = np.bincount(np.asarray(lengths, dtype=np.int64))
@@ -301,7 +301,7 @@ def attention_rate(n_heads: int, d_head: int, n_pos: int = 511, batch: int = 8, 
 
 @torch.no_grad()
 def legacy_predict_reads(model, tokens: np.ndarray, batch_size: int = 64) -> np.ndarray:
-    """The evaluation loop before issue 11, the baseline of :func:`bench_eval`: full-length
+    """The earlier evaluation loop, the baseline of :func:`bench_eval`: full-length
     batches of 64 under ``no_grad``, the model's own attention implementation without the
     native kernels (which came later), the default thread count. Returns the predictions only."""
     from interp.tasks import read_mask
@@ -323,8 +323,8 @@ EVAL_MODELS = ("tra-mech", "fot-mech", "cope-mech", "tda-mech", "trela-mech", "d
 def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: int = 1024,
                repeats: int = 2, baseline: bool = True) -> tuple[list[dict], dict]:
     """``predict_reads`` on the first ``n`` sequences of ``split`` for pretrained models, in
-    model GFLOP/s (:func:`eval_flops`, the causal forward of every scored prefix: issue 11's
-    measure) and in the GFLOP/s of what it computes (:func:`computed_eval_flops`, without the
+    model GFLOP/s (:func:`eval_flops`, the scored-prefix measure: the causal forward of every
+    scored prefix) and in the GFLOP/s of what it computes (:func:`computed_eval_flops`, without the
     last layer's work away from the reads), against float32 matmuls at torch's thread count: a
     2048 x 2048 square one, measured right before each model's runs (on a shared machine the
     cores' share drifts), is its roofline; one at the model's MLP shape ``[32768, d_model] x

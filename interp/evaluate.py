@@ -33,7 +33,7 @@ from models.config import check_int
 
 # Sequences' worth of tokens per evaluation batch. At d_model 64 on the CPU, 16 beats 64 by
 # 10-15% at one thread (the per-position tensors of a batch stay in the last-level cache) and
-# 8 is no faster (docs/cpu-path-and-kernels.md "Evaluation speed").
+# 8 is no faster (docs/results/benchmarks.md "Evaluation speed").
 BATCH_SIZE = 16
 # The longest sequence evaluated. The model reads each sequence whole, in time that grows as the
 # square of its length: a 10^6-token one would run for hours in gigabytes without a sign of progress.

@@ -3,7 +3,7 @@
 Reading: :func:`input_file` admits a regular file of a sane size only, so that a FIFO, a device
 (``/dev/zero``) or a huge sparse file is refused at once instead of hanging or exhausting memory.
 
-Writing, one rule for every command (docs/guide.md "What commands write"): a command writes
+Writing, one rule for every command (docs/explanation/runs-and-checkpoints.md "What commands write"): a command writes
 only inside its ``--out``, only the files it names, never through a symbolic link, and never
 over a file it did not write itself unless ``overwrite``. What it wrote is listed in
 :data:`MANIFEST` in ``--out``; a file is the command's own when that list names it. Outputs are

@@ -17,6 +17,10 @@ import torch
 # Fill for masked logits: finite (so that 0 * fill is never NaN) and far below any real
 # logit. Logits are always kept in float32, where -1e11 is representable; in fp16 it
 # would overflow to -inf.
+# The environment variables this module reads, {name: (default, meaning)} (docs/reference/environment.md).
+ENVIRONMENT_VARIABLES = {"TRITON_INTERPRET": (
+    "", "1: Triton's interpreter runs the Triton kernels, on CPU tensors (read by Triton when it is first "
+        "imported; the tests set it where there is no GPU)")}
 MASK_FILL = -1e11
 
 # Elements of one [batch, head, query_pos, key_pos] map a reference may build (4 GiB in float32;

@@ -101,7 +101,7 @@ PASSES = {
             Pass("bwd_dq", False, Rows(3, 0, 1), Rows(3), Rows(2, 0, 2), 5)),
 }
 
-# The code the H200 measured (runs/gpu/bench-kernels-h200.csv, before issue 47): PASSES, but TRA's
+# The code the H200 measured (runs/gpu/bench-kernels-h200.csv, before TRA's backward without atomics): PASSES, but TRA's
 # kernels as they were: its suffix counts a scan (tl.cumsum), its backward one kernel per query
 # tile adding dK and dV with float32 atomics (q, dO, log delta, lse, delta | k, v | dQ, dlog
 # delta); and FoT's delta computed by PyTorch, read by its dQ kernel. And each op's launches,

@@ -5,7 +5,7 @@ attention, in one run) into ``runs/gpu/bench-kernels-<card>.csv``, named after t
 ``python3 -m kernels.gpu_check [--out CSV] [--skip-tests]`` (``make gpu-kernels``), from the
 repository root, with the machine's own PyTorch and Triton (no ``make setup``: a GPU machine here
 reaches no package index; what it lacks, such as transformer-lens, travels as wheels:
-docs/cpu-path-and-kernels.md "On a GPU"). The tests get ``TEST_BUDGET_S`` seconds, the benchmark
+docs/how-to/run-on-a-gpu.md "On a GPU"). The tests get ``TEST_BUDGET_S`` seconds, the benchmark
 ``BENCH_BUDGET_S`` (it starts no (kernel, T) pair after that; the same command with ``--out`` the
 CSV it printed resumes it). A file already there is never written over: without ``--out`` the
 first free name is taken (``bench-kernels-h200-2.csv`` beside an earlier ``bench-kernels-h200.csv``).
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = missing_modules()
     if missing:
         print(f"missing Python modules: {', '.join(missing)}: carry them as wheels, as "
-              'docs/cpu-path-and-kernels.md "On a GPU" says', file=sys.stderr)
+              'docs/how-to/run-on-a-gpu.md "On a GPU" says', file=sys.stderr)
         return 2
     import torch
 

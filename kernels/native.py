@@ -46,6 +46,15 @@ import torch
 
 from kernels.rows import heads_first, heads_last, per_head, per_row
 
+# The environment variables this module reads, {name: (default, meaning)} (docs/reference/environment.md).
+ENVIRONMENT_VARIABLES = {
+    "CC": ("cc", "the C compiler that builds the native kernels"),
+    "GLITCHLENS_CACHE": ("$XDG_CACHE_HOME/glitchlens", "where the compiled native kernels are cached (loaded from "
+                                                      "there only when the directory is private to the user)"),
+    "GLITCHLENS_NATIVE": ("1", "0: never compile or load the native kernels; the PyTorch paths run instead"),
+    "XDG_CACHE_HOME": ("~/.cache", "the cache root whose glitchlens/ holds the native kernels, unless "
+                                   "GLITCHLENS_CACHE is set"),
+}
 SOURCE = Path(__file__).with_name("native.c")
 COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC", "-std=c11")
 _build_lock = threading.Lock()

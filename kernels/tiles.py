@@ -49,7 +49,7 @@ TILE_CONFIGS = (TileConfig(64, 32, 4, 2), TileConfig(32, 32, 4, 2), TileConfig(1
 
 
 def default_tiles(dtype: torch.dtype, d_head: int) -> TileConfig:
-    """The tiles a GPU launch gets, chosen from the compile table (docs/cpu-path-and-kernels.md
+    """The tiles a GPU launch gets, chosen from the compile table (docs/explanation/kernels-and-cpu-path.md
     "Compiled for A100, H100 and MI300"): in half precision 64 x 32 up to head dim 64 and
     32 x 32 at 128; in float32, whose IEEE products (no TF32) run on the FMA units with each
     thread holding whole operand rows, 16 x 16 (the dK/dV kernels with twice the warps,

@@ -8,7 +8,8 @@ use, so that ``glitchlens --help`` (which reads the model names and presets) sta
 
 from importlib import import_module
 
-from models.config import MODEL_FAMILIES, PRESETS, ModelConfig
+from models.config import PRESETS, ModelConfig
+from models.mechanisms import MODEL_FAMILIES
 
 MODEL_NAMES = tuple(MODEL_FAMILIES)
 

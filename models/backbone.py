@@ -29,8 +29,13 @@ from models.tokens import as_token_ids
 
 
 class RMSNorm(nn.Module):
-    """``x / rms(x) * w``; hooks ``hook_scale`` ``[batch, pos, 1]``, ``hook_normalized`` (the output)
-    and ``hook_normalized_tl`` (``x / rms(x)`` before the gain: TransformerLens's ``hook_normalized``)."""
+    """``x / rms(x) * w``. Hooks:
+
+    - ``hook_scale``: the divisor ``rms(x) = sqrt(mean(x^2) + eps)`` ``[batch, pos, 1]``, as
+      TransformerLens's ``hook_scale``
+    - ``hook_normalized_tl``: ``x / rms(x)`` before the gain: TransformerLens's ``hook_normalized``
+    - ``hook_normalized``: the output, ``x / rms(x) * w``
+    """
 
     def __init__(self, d: int, eps: float = 1e-6):
         super().__init__()
@@ -46,9 +51,14 @@ class RMSNorm(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    """``W_out (silu(x W_gate) * (x W_in))`` (Shazeer, 2020). Hooks: ``hook_pre`` (the gate
-    pre-activation), ``hook_pre_linear``, ``hook_post``, all ``[batch, pos, d_mlp]``. In
-    training, ``cfg.mlp_hidden_dropout`` drops the hidden activation after ``hook_post``, before
+    """``W_out (silu(x W_gate) * (x W_in))`` (Shazeer, 2020: ``(Swish_1(xW) * xV) W_2``). Hooks,
+    all ``[batch, pos, d_mlp]``:
+
+    - ``hook_pre``: the gate pre-activation ``x W_gate`` (Shazeer's xW)
+    - ``hook_pre_linear``: the linear branch ``x W_in`` (Shazeer's xV)
+    - ``hook_post``: the hidden activation ``silu(x W_gate) * (x W_in)``, what ``W_out`` reads
+
+    In training, ``cfg.mlp_hidden_dropout`` drops the hidden activation after ``hook_post``, before
     ``W_out`` (where the TRA authors' notebook drops it), so the hook shows it undropped."""
 
     def __init__(self, cfg: ModelConfig):
@@ -86,7 +96,15 @@ class Block(nn.Module):
     ``x + mlp(norm(x))``. ``"stream"`` (the TRA authors' code): the stream itself is
     replaced by its normalisation before each sublayer, ``x = norm(x); x = x + attn(x)``,
     so no unnormalised residual survives a block. Hooks are at the same places in both:
-    ``hook_resid_pre`` is the block input, ``hook_resid_mid`` the sum after attention."""
+
+    - ``hook_resid_pre``: the block input
+    - ``hook_attn_out``: what the attention sublayer adds to the stream, ``attn(norm(x))``
+    - ``hook_resid_mid``: the sum after attention
+    - ``hook_mlp_out``: what the MLP sublayer adds to the stream, ``mlp(norm(x))``
+    - ``hook_resid_post``: the block output, the sum after the MLP
+
+    In training ``cfg.dropout`` drops each sublayer's output before ``hook_attn_out`` and
+    ``hook_mlp_out``, which show it dropped."""
 
     # TransformerLens's logit_lens asks each block whether hook_resid_post is the one stream
     # that the next block (or ln_final) reads: it is, in both norm placements.
@@ -185,7 +203,11 @@ class GlitchLensTransformer(HookedModelMixin, HookedRootModule):
     Residual position embeddings: ``learned`` (APE, a table of ``n_ctx`` rows) and
     ``label`` (Label: a sorted random subset of ``[0, label_range)`` indexes a table of
     ``label_range`` rows; sampled afresh per batch in training mode, from a fixed seed in
-    eval mode so evaluation is reproducible). Hook ``hook_pos_embed`` ``[batch, pos, d_model]``.
+    eval mode so evaluation is reproducible). Hooks, both ``[batch, pos, d_model]``:
+
+    - ``hook_embed``: the token embeddings ``W_E[tokens]``
+    - ``hook_pos_embed``: the position embeddings added to the token embeddings, the rows of
+      ``W_pos`` at each position (APE) or at each position's label (Label)
     """
 
     def __init__(self, cfg: ModelConfig):

@@ -1,8 +1,9 @@
-"""Model configuration: one dataclass, the model names, and the size presets.
+"""Model configuration: one dataclass and the size presets.
 
 A *model name* (``rope``, ``tra``, ``lstm``, ...) fixes the architecture family: which
 attention mechanism from the registry, which residual-stream position embedding, and
-the mechanism's default options. A *preset* (``tiny``, ``mech``, ``mini``) fixes sizes.
+the mechanism's default options (the names: :data:`models.mechanisms.MODEL_FAMILIES`, the
+built-in ones and those registered there). A *preset* (``tiny``, ``mech``, ``mini``) fixes sizes.
 """
 
 from __future__ import annotations
@@ -14,24 +15,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-# name -> (attention mechanism in models.attention.REGISTRY, residual position embedding,
-#          default attention options). ``lstm`` has no attention. A mechanism of one's own adds
-#          its name here when it is registered (models.mechanisms).
-MODEL_FAMILIES: dict[str, tuple[str | None, str, dict[str, Any]]] = {
-    "nope": ("softmax", "none", {}),
-    "ape": ("softmax", "learned", {}),
-    "label": ("softmax", "label", {}),
-    "rel": ("softmax", "none", {"bias": "rel"}),
-    "alibi": ("softmax", "none", {"bias": "alibi"}),
-    "rope": ("softmax", "none", {"rope": True}),
-    "tra": ("tra", "none", {}),
-    "fot": ("fot", "none", {}),
-    "cope": ("cope", "none", {}),
-    "diff": ("diff", "none", {}),
-    "tda": ("tda", "none", {}),
-    "trela": ("trela", "none", {}),
-    "lstm": (None, "none", {}),
-}
+from models.mechanisms import MODEL_FAMILIES, find_mechanism, unknown_model
 
 ATTENTION_IMPLS = ("auto", "reference", "rows", "triton")
 NORM_PLACEMENTS = ("pre", "stream")
@@ -103,10 +87,9 @@ class ModelConfig:
 
     def __post_init__(self):
         if self.model not in MODEL_FAMILIES:
-            from models import mechanisms  # a mechanism of one's own, registered or to be found (torch then)
-
-            if not isinstance(self.model, str) or not mechanisms.find_mechanism(self.model):
-                raise ValueError(mechanisms.unknown_model(self.model))
+            # a mechanism of one's own, registered or to be found (torch then)
+            if not isinstance(self.model, str) or not find_mechanism(self.model):
+                raise ValueError(unknown_model(self.model))
         for name in ("n_layers", "n_heads", "d_model", "d_vocab", "n_ctx", "label_range", "lstm_hidden"):
             check_int(name, getattr(self, name), maximum=MAX_SIZES[name])
         if self.d_mlp is not None:

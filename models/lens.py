@@ -16,10 +16,12 @@ besides its hooks, shared by the transformer and the LSTM.
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import NamedTuple, no_type_check
 
 import numpy as np
 import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens import ActivationCache
 from transformer_lens.hook_points import HookPoint
@@ -139,7 +141,8 @@ class GlitchLensCache(ActivationCache):
     def normalises_stream(self) -> bool:
         return self.model.cfg.norm_placement == "stream"
 
-    def norm_factors(self, layer: int, mlp_input: bool, pos_slice: Slice) -> torch.Tensor:
+    def norm_factors(self, layer: int, mlp_input: bool, pos_slice: Slice
+                     ) -> Float[Tensor, "norm *batch_and_pos d_model"]:
         """``[2 layer + mlp_input + 1, *batch_and_pos, d_model]``: row ``n`` is the product of
         ``w / scale`` of the norms from norm ``n`` (see :func:`first_norm`) up to the one block
         ``layer`` applies first (its ln2 with ``mlp_input``, ``ln_final`` for ``n_layers``),
@@ -153,8 +156,9 @@ class GlitchLensCache(ActivationCache):
             factors.append(factor * factors[-1] if factors else factor)
         return torch.stack([*factors[::-1], torch.ones_like(factors[0])])
 
-    def through_later_norms(self, stack: torch.Tensor, labels: list[str], layer: int, mlp_input: bool,
-                            pos_slice: Slice) -> torch.Tensor:
+    def through_later_norms(self, stack: Float[Tensor, "component *batch_and_pos d_model"], labels: list[str],
+                            layer: int, mlp_input: bool, pos_slice: Slice
+                            ) -> Float[Tensor, "component *batch_and_pos d_model"]:
         """``stack [component, *batch_and_pos, d_model]``, labelled as TransformerLens's helpers
         label it, with each component times the factors of the norms between where it was added
         and the input of block ``layer`` (its MLP with ``mlp_input``). A final ``"remainder"``
@@ -291,7 +295,7 @@ class Output(NamedTuple):
     loss: torch.Tensor
 
 
-def read_mask(tokens: torch.Tensor, vocab: tuple[str, ...]) -> torch.Tensor:
+def read_mask(tokens: Int[Tensor, "batch pos"], vocab: tuple[str, ...]) -> Bool[Tensor, "batch pos"]:
     """``[batch, pos]`` True at each read: an ``r`` at an instruction position (even), whose next
     token is the bit it reads (``interp.tasks.read_mask`` on numpy arrays)."""
     if "r" not in vocab:
@@ -307,6 +311,7 @@ class ShapeCheckedHookPoint(HookPoint):
     every query without a word. The model's hook points are of this class (set up by
     :meth:`HookedModelMixin.setup`); without hooks the check costs one attribute test."""
 
+    @no_type_check  # called at every activation: the test suite's shape checks (tests/conftest.py) pass it by
     def __call__(self, x):
         if not self._forward_hooks:
             return super().__call__(x)
@@ -372,8 +377,8 @@ class HookedModelMixin:
         loss = self.next_token_loss(logits, tokens, loss_per_token, reads_only)
         return loss if return_type == "loss" else Output(logits, loss)
 
-    def next_token_loss(self, logits: torch.Tensor, tokens: torch.Tensor, per_token: bool = False,
-                        reads_only: bool = False) -> torch.Tensor:
+    def next_token_loss(self, logits: Float[Tensor, "batch pos d_vocab"], tokens, per_token: bool = False,
+                        reads_only: bool = False) -> Float[Tensor, "batch pos-1"] | Float[Tensor, ""]:
         """TransformerLens's language-model loss, ``-log p(token t+1 | tokens up to t)``: its mean
         over the ``[batch, pos - 1]`` predictions, or each of them with ``per_token``. With
         ``reads_only``, the loss on the reads alone (each ``r``'s prediction of the bit it reads:
@@ -394,7 +399,8 @@ class HookedModelMixin:
                              "average; the loss needs at least 2 (per_token=True gives the empty [batch, 0])")
         return losses if per_token else losses.mean()
 
-    def normalized_at(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def normalized_at(self, tokens: Int[Tensor, "batch pos"], positions: torch.Tensor
+                      ) -> Float[Tensor, "batch query_pos d_model"]:
         """``forward(tokens, "normalized")`` at ``positions [batch, n]``: ``[batch, n, d_model]``
         (the evaluation unembeds the reads from it). Here the full forward, indexed; a model may
         compute less (the transformer's last block runs only at these positions)."""
@@ -505,11 +511,12 @@ class HookedModelMixin:
         return text[0] if isinstance(input, str) else text
 
     @property
-    def b_U(self) -> torch.Tensor:
+    def b_U(self) -> Float[Tensor, "d_vocab"]:
         """``[d_vocab]`` zeros: the unembedding has no bias, for TransformerLens code that adds one."""
         return self.W_U.new_zeros(self.W_U.shape[1])
 
-    def tokens_to_residual_directions(self, tokens: str | int | torch.Tensor) -> torch.Tensor:
+    def tokens_to_residual_directions(self, tokens: str | int | Int[Tensor, "*token"]
+                                      ) -> Float[Tensor, "*token d_model"]:
         """The residual direction of each token, ``[*tokens.shape, d_model]`` (``[d_model]`` for
         one token): a column of ``folded_W_U``, whose dot product with the stream divided by the
         final norm's scale (what ``cache.apply_ln_to_stack`` gives) is the token's logit."""

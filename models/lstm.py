@@ -16,7 +16,8 @@ from models.tokens import as_token_ids
 class LSTMModel(HookedModelMixin, HookedRootModule):
     """Embedding (``d_model`` = hidden size) -> LSTM -> unembedding.
 
-    Hooks: ``hook_embed`` and ``hook_hidden`` (the LSTM outputs), ``[batch, pos, d_model]``.
+    Hooks, both ``[batch, pos, d_model]``: ``hook_embed``, the token embeddings ``W_E[tokens]``
+    (the LSTM's inputs), and ``hook_hidden``, the LSTM's outputs h_t.
     There are no blocks, heads or residual stream, so of TransformerLens's cache helpers only
     those that take a stack (``logit_attrs``, ``apply_ln_to_stack``) apply; the others name
     the missing hook and why.

@@ -37,12 +37,34 @@ import importlib
 import os
 import re
 from importlib.metadata import entry_points
+from typing import Any
 
-from models.config import MODEL_FAMILIES
+# name -> (attention mechanism in models.attention.REGISTRY, residual position embedding,
+#          default attention options). ``lstm`` has no attention. A mechanism of one's own adds
+#          its name here when it is registered (:func:`register_mechanism`).
+MODEL_FAMILIES: dict[str, tuple[str | None, str, dict[str, Any]]] = {
+    "nope": ("softmax", "none", {}),
+    "ape": ("softmax", "learned", {}),
+    "label": ("softmax", "label", {}),
+    "rel": ("softmax", "none", {"bias": "rel"}),
+    "alibi": ("softmax", "none", {"bias": "alibi"}),
+    "rope": ("softmax", "none", {"rope": True}),
+    "tra": ("tra", "none", {}),
+    "fot": ("fot", "none", {}),
+    "cope": ("cope", "none", {}),
+    "diff": ("diff", "none", {}),
+    "tda": ("tda", "none", {}),
+    "trela": ("trela", "none", {}),
+    "lstm": (None, "none", {}),
+}
 
 ENTRY_POINT_GROUP = "glitchlens.mechanisms"
 ENVIRONMENT_VARIABLE = "GLITCHLENS_MECHANISMS"
-GUIDE = 'docs/guide.md "Your own mechanism"'
+# The environment variables this module reads, {name: (default, meaning)} (docs/reference/environment.md).
+ENVIRONMENT_VARIABLES = {ENVIRONMENT_VARIABLE: (
+    "", "comma-separated [NAME=]MODULE:CLASS attention mechanisms to import and register before a model name is "
+        "looked up; `glitchlens --mechanism` adds to it, so that the processes a command starts register them too")}
+GUIDE = 'docs/how-to/add-a-mechanism.md "Your own mechanism"'
 # Names become run directories and comma-separated lists on the command line.
 NAME = re.compile(r"[a-z][a-z0-9_]*")
 

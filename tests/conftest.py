@@ -3,8 +3,27 @@
 import importlib.util
 import os
 
+import jaxtyping
 import pytest
 import torch
+
+# The modules whose signatures carry jaxtyping shapes: imported from here on with every function
+# checked by beartype at each call (a call costs about 5 us more, 20 us with tensors to check), so
+# that the whole suite holds the shapes they promise; ``float`` admits an ``int``, as PEP 484 says.
+# This must come before any of them is imported. Not the fast paths (``kernels.<op>.{rows,triton}``):
+# their signatures state no shapes, and Triton compiles the source of a ``@triton.jit`` function,
+# which the wrapper would replace.
+SHAPE_CHECKED = ("interp.metrics", "models.attention", "models.lens", "kernels.cope.reference",
+                 "kernels.forgetting.reference", "kernels.threshold.reference", "kernels.tra.reference")
+jaxtyping.install_import_hook(SHAPE_CHECKED, "beartype.beartype(conf=beartype.BeartypeConf(is_pep484_tower=True))")
+
+# The environment variables this module reads, {name: (default, meaning)} (docs/reference/environment.md).
+ENVIRONMENT_VARIABLES = {
+    "TRITON_INTERPRET": ("1 where there is no GPU", "the tests run the Triton kernels under Triton's interpreter "
+                                                    "unless a GPU is there or this is already set"),
+    "PYTEST_XDIST_WORKER": ("", "set by pytest-xdist in its workers: one torch thread each, and OMP_NUM_THREADS=1 "
+                                "for the processes the tests start"),
+}
 
 # The Triton kernels run on CPU tensors only under Triton's interpreter, which must be on
 # before triton is first imported, by whichever test module comes first.

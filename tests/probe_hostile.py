@@ -37,6 +37,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+# The environment variables this module reads, {name: (default, meaning)} (docs/reference/environment.md).
+ENVIRONMENT_VARIABLES = {"OMP_NUM_THREADS": ("1", "OpenMP threads of the probe's processes"),
+                         "MKL_NUM_THREADS": ("1", "MKL threads of the probe's processes")}
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
@@ -774,7 +777,7 @@ def main() -> int:
         import interp.diagnose  # noqa: F401
         import interp.explain  # noqa: F401
         import interp.hunt  # noqa: F401
-        import interp.train  # noqa: F401
+        import interp.training.loop  # noqa: F401
     results, running, queue = [], {}, list(enumerate(cases))
     with open(args.out / "results.jsonl", "w") as log:
         while queue or running:

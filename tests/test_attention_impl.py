@@ -16,7 +16,7 @@ from kernels.threshold.rows import ThresholdRowsFunction
 from models import ModelConfig, build_model
 from models.attention import REGISTRY
 from models.mechanisms import plugin_class
-from models.config import MODEL_FAMILIES
+from models.mechanisms import MODEL_FAMILIES
 from support import assert_same_model, models_with
 
 ROWS_MODELS = models_with("rows")

@@ -17,7 +17,7 @@ from models import ModelConfig, build_model, load_pretrained
 
 # Prefixes the model reads, each ending at a read and holding two more reads before it.
 TEXTS = ["w1i0r1w0i1r0i1r", "w0r0i1w1r1i0i0r", "w1w0r0r0i1i1w1r"]
-TOLERANCE = dict(rtol=1e-5, atol=1e-5)
+TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # float32 rounding of the sums that patching and attribution add up
 
 
 def tiny(name, **overrides):
@@ -237,7 +237,7 @@ def test_bad_input_is_refused_in_words():
 
 def test_glitch_pairs_find_the_edit_that_tra_mech_reads_right():
     """Sequence 25 of ``dense``: ``w0`` at 18, seven ``r0``, then ``i1`` and a read at 36 that
-    ``tra-mech`` answers 1 (docs/results.md "TRA beside FoT": its glitches)."""
+    ``tra-mech`` answers 1 (docs/results/claims.md "TRA beside FoT": its glitches)."""
     model = load_pretrained("tra-mech")
     tokens = load_split("dense", 26)[:, :-1]
     pairs = circuits.glitch_pairs(model, tokens, pd.DataFrame({"seq": [25], "position": [36]}))

@@ -1,5 +1,5 @@
 """The claims table (interp/claims): the verdict rule, the table computed from the committed files,
-and the docs generated from it (docs/results.md, README.md) agreeing with what the code computes."""
+and the docs generated from it (docs/results/claims.md, README.md) agreeing with what the code computes."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from interp import claims
 from interp.claims import measure, sources
+from interp.claims.cope import task_comparison_evidence
 from interp.claims.tra import table1_evidence
 from interp.claims.verdicts import Evidence, paper_range, verdict
 
@@ -58,6 +59,29 @@ def test_a_failure_claim_is_reproduced_only_by_a_failure_of_its_size(monkeypatch
     assert verdict(table1_evidence("fot", "sweep", ["fot-seed0"])) == expected
 
 
+def cope_task_result(errors: dict[str, float]) -> dict:
+    return {"splits": {split: {"reads": 1000, "read_errors": round(1000 * rate), "error_rate": round(1000 * rate) / 1000}
+                       for split, rate in errors.items()}}
+
+
+@pytest.mark.parametrize(("cope", "rival", "finished", "expected"), [
+    ((0.0, 0.0, 0.0), (0.3, 0.4, 0.5), True, "reproduced"),          # every CoPE seed below, at the paper's 0
+    ((0.05, 0.02, 0.03), (0.3, 0.4, 0.5), True, "qualitatively"),    # below, but not the paper's 0
+    ((0.0, 0.35, 0.0), (0.3, 0.4, 0.5), True, "not reproduced"),     # one CoPE seed inside the rival's
+    ((0.6, 0.7, 0.8), (0.3, 0.4, 0.5), True, "contradicted"),        # the rival below on every seed
+    ((0.0, 0.0, 0.0), (0.3, 0.4, 0.5), False, "not reproduced"),     # a run missing: no verdict drawn
+])
+def test_cope_task_claims_rank_every_seed(monkeypatch, cope, rival, finished, expected):
+    rates = {"cope": cope, "rel": rival}
+    monkeypatch.setattr(sources, "has_result", lambda sweep, name: finished or name != "counting-rel-seed2")
+    monkeypatch.setattr(sources, "result", lambda sweep, name: cope_task_result(
+        {"iid": rates[name.split("-")[1]][int(name[-1])]}))
+    evidence = task_comparison_evidence("counting", ("iid",), ("rel",))
+    assert verdict(evidence) == expected, evidence
+    if not finished:
+        assert evidence.reason.startswith("budget: 5 of the 6 runs")
+
+
 def test_every_claim_has_a_verdict_an_n_and_an_interval(table):
     assert len(table) >= 38
     assert table.key.is_unique
@@ -86,9 +110,10 @@ def test_an_edited_committed_number_shows(table, monkeypatch):
 
 # Prose that quotes a sweep's run counts: (file, pattern, sweep, the groups' fields in sweep_counts)
 QUOTED_COUNTS = [
-    ("README.md", r"at 10,000 steps \((\d+) of the (\d+) runs finished\)", "table1-10000", ("finished", "runs")),
-    ("docs/results.md", r"The (\d+) finished runs\n", "table1-10000", ("finished",)),
-    ("docs/results.md", r"Not finished: Diff, FoT, CoPE, trela, TDA and REL\*\*, (\d+) runs", "table1-10000",
+    ("docs/results/claims.md", r"at 10,000 steps \((\d+) of the (\d+) runs finished\)", "table1-10000",
+     ("finished", "runs")),
+    ("docs/results/claims.md", r"The (\d+) finished runs\n", "table1-10000", ("finished",)),
+    ("docs/results/claims.md", r"Not finished: Diff, FoT, CoPE, trela, TDA and REL\*\*, (\d+) runs", "table1-10000",
      ("unfinished",)),
 ]
 
@@ -100,7 +125,7 @@ def test_the_sweep_counts_the_docs_quote():
         found = re.search(pattern, (sources.ROOT / file).read_text())
         assert found, f"{file}: no {pattern!r}"
         assert tuple(int(g) for g in found.groups()) == tuple(counts.loc[sweep, f] for f in fields), (file, pattern)
-    results = (sources.ROOT / "docs/results.md").read_text()
+    results = (sources.ROOT / "docs/results/claims.md").read_text()
     rows = re.findall(r"^\| `glitchlens reproduce [^`]*--out runs/([\w-]+)` \|[^|]*\| (\d+) \| (\d+)", results, re.M)
     assert rows
     for sweep, runs, finished in rows:

@@ -358,7 +358,7 @@ def test_data_refuses_to_replace_a_file_without_overwrite(tmp_path, capsys):
 def test_names_and_outputs_are_refused_before_any_work(capsys, files, monkeypatch, args, match):
     import interp.diagnose as diagnose
     import interp.hunt as hunt
-    import interp.reproduce as reproduce
+    import interp.studies.reproduce as reproduce
     import models
 
     starts = [(diagnose, "evaluate_reads"), (hunt, "hunt"), (reproduce, "run_all")]
@@ -373,7 +373,7 @@ def test_names_and_outputs_are_refused_before_any_work(capsys, files, monkeypatc
 @pytest.mark.parametrize("command, where", [
     (["eval", "tra-mech", "-n", "2"], "interp.evaluate.predict_reads"),
     (["diagnose", "tra-mech", "--out", "{root}/report"], "interp.diagnose.evaluate_reads"),
-    (["train", *TRAIN[1:], "--out", "{root}/early"], "interp.train.BatchSource"),
+    (["train", *TRAIN[1:], "--out", "{root}/early"], "interp.training.loop.BatchSource"),
     (["eval", "tra-mech"], "models.load"),
 ])
 def test_ctrl_c_anywhere_is_one_line_and_status_130(capsys, files, monkeypatch, command, where):

@@ -1,7 +1,9 @@
-"""The documentation holds together: the README and ``docs/*.md`` link only to files and headings
-that exist, every section the code cites by name (a README or docs file followed by a quoted
-heading) exists in that file, every document has a table of contents and is listed in the README,
-and the README keeps the two quick-start commands CI relies on.
+"""The documentation holds together: the README and every page under ``docs/`` link only to files and
+headings that exist, every section the code cites by name (a README or docs file followed by a
+quoted heading) exists in that file, every page has a table of contents and a way back and is
+reached from the README through docs/index.md, the README keeps the two quick-start commands CI
+relies on and carries no date or wall-clock time outside what the quick start prints, and the
+5-minute tour runs as written.
 
 The checks are plain functions of text, so the tests at the bottom also feed them broken
 documents and require the breakage to be reported."""
@@ -14,9 +16,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-DOCS = sorted((ROOT / "docs").glob("*.md"))
+INDEX = ROOT / "docs" / "index.md"
+DOCS = sorted((ROOT / "docs").rglob("*.md"))
+TOURS = (README, ROOT / "docs" / "tutorials.md")
+# The reference is generated from the code (docs/reference/index.md says by what), with its own layout.
+REFERENCE = ROOT / "docs" / "reference"
 QUICK_START = (
-    "make demo   # set up .venv, train a tiny FoT model (~1 min on 2 CPU cores), evaluate it, write a diagnostic report",
+    "make demo   # set up .venv, train a tiny FoT model, evaluate it, write a diagnostic report",
     "make test   # set up .venv, run the whole test suite",
 )
 # Where the code cites documentation sections by name.
@@ -25,8 +31,11 @@ CODE_GLOBS = ("interp/**/*.py", "models/**/*.py", "kernels/**/*.py", "tests/**/*
 
 LINK = re.compile(r"!?\[(?P<text>[^\]]*)\]\((?P<target>[^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
-# README "Section", docs/guide.md "Section", README, "Section"; quotes may be escaped (in a string).
-SECTION_REFERENCE = re.compile(r'(?P<file>README(?:\.md)?|docs/[\w.-]+\.md),?\s+\\?"(?P<section>[^"\\]+)\\?"')
+# README "Section", docs/how-to/add-a-task.md "Section", README, "Section"; quotes may be escaped (in a string).
+SECTION_REFERENCE = re.compile(r'(?P<file>README(?:\.md)?|docs/[\w./-]+\.md),?\s+\\?"(?P<section>[^"\\]+)\\?"')
+# A date, or a duration in seconds, minutes or hours ("56 s", "2 min", "1.5 h", "a few seconds").
+DATE_OR_TIME = re.compile(r"\b20\d\d-\d\d-\d\d\b|\b\d+(?:\.\d+)?\s?(?:ms|s|min|h)\b"
+                          r"|(?<!-)\b(?:seconds?|minutes?|hours?)\b")
 
 
 def prose_lines(text: str) -> list[tuple[int, str]]:
@@ -87,6 +96,42 @@ def broken_links(path: Path, root: Path = ROOT) -> list[str]:
     return problems
 
 
+def linked_files(path: Path) -> set[Path]:
+    """The existing files that Markdown file ``path`` links to, resolved."""
+    found = set()
+    for _, line in prose_lines(path.read_text()):
+        for match in LINK.finditer(line):
+            target = match.group("target")
+            file_part = target.partition("#")[0]
+            if file_part and not re.match(r"[a-z][a-z0-9+.-]*:", target):
+                linked = (path.parent / file_part).resolve()
+                if linked.is_file():
+                    found.add(linked)
+    return found
+
+
+def reachable(start: Path) -> set[Path]:
+    """Every Markdown file reached from ``start`` by following links from Markdown file to Markdown file."""
+    seen, todo = {start.resolve()}, [start.resolve()]
+    while todo:
+        for linked in linked_files(todo.pop()):
+            if linked.suffix == ".md" and linked not in seen:
+                seen.add(linked)
+                todo.append(linked)
+    return seen
+
+
+def dates_and_times(text: str, allowed: str = "") -> list[str]:
+    """Every date or duration in the prose and code of ``text``, outside the paragraph that starts with
+    ``allowed`` (what the quick start prints)."""
+    problems = []
+    for paragraph in text.split("\n\n"):
+        if allowed and paragraph.startswith(allowed):
+            continue
+        problems += [f"{match.group(0)!r} in {paragraph.strip()[:60]!r}" for match in DATE_OR_TIME.finditer(paragraph)]
+    return problems
+
+
 def code_texts() -> list[tuple[str, str]]:
     """``(name, text)`` of every file that may cite a documentation section; notebooks as their cells'
     sources."""
@@ -125,11 +170,18 @@ def missing_sections(texts: list[tuple[str, str]], root: Path = ROOT) -> list[st
 
 
 def test_the_docs_exist():
-    names = {path.name for path in DOCS}
-    assert {"results.md", "guide.md", "cpu-path-and-kernels.md", "learning-notes.md"} <= names, names
+    pages = {str(path.relative_to(ROOT / "docs")) for path in DOCS}
+    kinds = {"index.md", "tutorials.md", "reference/index.md",
+             *(f"how-to/{name}.md" for name in ("train-a-model", "diagnose-a-checkpoint", "add-a-mechanism",
+                                                 "add-a-task", "sweep-on-ray", "run-on-a-gpu")),
+             *(f"explanation/{name}.md" for name in ("tasks", "mechanisms", "metrics", "hooks-and-transformerlens",
+                                                      "kernels-and-cpu-path", "learning-notes")),
+             *(f"results/{name}.md" for name in ("claims", "benchmarks", "learning", "test-suite"))}
+    assert kinds <= pages, sorted(kinds - pages)
+    assert (ROOT / "CHANGELOG.md").is_file()
 
 
-@pytest.mark.parametrize("path", [README, *DOCS], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [README, ROOT / "CHANGELOG.md", *DOCS], ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(path):
     assert broken_links(path) == []
 
@@ -156,13 +208,20 @@ def test_readme_says_how_to_call_the_command_after_set_up():
     assert README.read_text().index("source .venv/bin/activate") < first_call
 
 
-def test_readme_lists_every_doc():
-    linked = {match.group("target").partition("#")[0] for _, line in prose_lines(README.read_text())
-              for match in LINK.finditer(line)}
-    assert [path.name for path in DOCS if f"docs/{path.name}" not in linked] == []
+def test_the_index_reaches_every_doc():
+    """The README links docs/index.md, and every page under docs/ is reached from there."""
+    assert INDEX.resolve() in linked_files(README)
+    assert [str(path.relative_to(ROOT)) for path in DOCS if path.resolve() not in reachable(INDEX)] == []
 
 
-@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+def test_the_readme_has_no_date_or_time():
+    """Measurements live in docs/results/ with their machine and date, history in CHANGELOG.md; only
+    what the quick start prints may give a number of its own."""
+    assert dates_and_times(README.read_text(), allowed="What `make demo` prints") == []
+
+
+@pytest.mark.parametrize("path", [p for p in DOCS if p != INDEX and REFERENCE not in p.parents],
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_each_doc_has_its_contents_and_a_way_back(path):
     text = path.read_text()
     sections = [title for level, title in headings(text) if level == 2 and title != "Contents"]
@@ -171,7 +230,13 @@ def test_each_doc_has_its_contents_and_a_way_back(path):
     contents = text.split("## Contents", 1)[1].split("\n## ", 1)[0]
     missing = [title for title in sections if f"](#{slug(title)})" not in contents]
     assert missing == [], f"{path.name}: sections missing from its contents: {missing}"
-    assert "](../README.md)" in text, f"{path.name} does not link back to the README"
+    assert linked_files(path) & {README.resolve(), INDEX.resolve()}, \
+        f"{path.name} links back to neither docs/index.md nor the README"
+
+
+@pytest.mark.parametrize("path", [p for p in DOCS if REFERENCE in p.parents], ids=lambda p: str(p.relative_to(ROOT)))
+def test_each_reference_page_leads_back_to_the_docs(path):
+    assert INDEX.resolve() in reachable(path), f"{path.relative_to(ROOT)}: no way back to docs/index.md"
 
 
 # The checks must be able to fail.
@@ -200,6 +265,20 @@ def test_a_missing_section_is_reported(tmp_path):
     assert "'Gone'" in problems[0] and "'Training'" in problems[1] and "does not exist" in problems[2]
 
 
+def test_an_unreached_doc_and_a_dated_line_are_reported(tmp_path):
+    (tmp_path / "index.md").write_text("# Index\n\n[a](a.md)\n")
+    (tmp_path / "a.md").write_text("# A\n\n[back](index.md) [b](sub/b.md)\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.md").write_text("# B\n")
+    (tmp_path / "orphan.md").write_text("# Orphan\n\n[index](index.md)\n")
+    assert {p.name for p in reachable(tmp_path / "index.md")} == {"index.md", "a.md", "b.md"}
+    text = ("Intro.\n\nTrained in 56 s (2026-11-24).\n\n```bash\nmake demo   # ~1 min on 2 cores\n```\n\n"
+            "What it prints: 300 steps in 40 s.\n\nA few seconds.")
+    problems = dates_and_times(text, allowed="What it prints")
+    assert len(problems) == 4, problems
+    assert "'56 s'" in problems[0] and "'2026-11-24'" in problems[1] and "'1 min'" in problems[2]
+
+
 def test_slugs_follow_the_code_hosts():
     assert slug("TRA beside FoT (the TRA paper's App. A)") == "tra-beside-fot-the-tra-papers-app-a"
     assert slug("Circuits: where the bit travels") == "circuits-where-the-bit-travels"
@@ -207,15 +286,16 @@ def test_slugs_follow_the_code_hosts():
     assert anchors("# A\n\n## A\n") == {"a", "a-1"}
 
 
-def test_the_readme_tour_runs_as_written(tmp_path, monkeypatch):
-    """The Python blocks of "A 5-minute tour", in order, in a fresh directory: what they write goes
-    under runs/ there, nothing into the directory itself."""
-    tour = README.read_text().split("## A 5-minute tour", 1)[1].split("\n## ", 1)[0]
+@pytest.mark.parametrize("path", TOURS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_tour_runs_as_written(path, tmp_path, monkeypatch):
+    """The Python blocks of "A 5-minute tour" (the README's short one, the tutorial's full one), in
+    order, in a fresh directory: what they write goes under runs/ there, nothing into the directory itself."""
+    tour = path.read_text().split("## A 5-minute tour", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", tour, flags=re.S)
     assert len(blocks) >= 3
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     for block in blocks:
-        exec(compile(block, "README.md", "exec"), namespace)
+        exec(compile(block, path.name, "exec"), namespace)
     assert [p.name for p in tmp_path.iterdir()] == ["runs"]
     assert (tmp_path / "runs" / "tour" / "tra-mech-L1.html").stat().st_size > 0

@@ -14,8 +14,8 @@ import pytest
 
 import models
 from interp.cli import main
-from interp.train import TrainConfig, train
-from interp.train_setup import LOCK_FILE, output_lock
+from interp.training.loop import train
+from interp.training.setup import LOCK_FILE, TrainConfig, output_lock
 from models import ModelConfig
 from support import interrupt_training_at
 
@@ -104,7 +104,7 @@ def test_a_sweep_forwards_sigterm_to_its_workers_which_save_and_stop(tmp_path, s
     """``glitchlens reproduce`` is :func:`run_all` with the runs of a table: SIGTERM to the sweep
     alone (not its process group) stops every worker, each saving its run's checkpoint, and then
     the sweep, within seconds."""
-    from interp import sweeps
+    from interp.studies import sweeps
 
     runs = [tmp_path / "a", tmp_path / "b"]
 

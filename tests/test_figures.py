@@ -31,7 +31,7 @@ from interp.metrics import (
     MissingHookError, automaton_write_attention, capture_maps, gaussian_tail, inhibition, mean_by_key_token,
     read_table,
 )
-from interp.reproduce import summarise_runs
+from interp.studies.reproduce import summarise_runs
 from interp.tasks import SPLITS, load_split, parse_sequence
 from interp.tasks.text import format_sequence, validate
 from models import ModelConfig

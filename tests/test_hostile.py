@@ -1,4 +1,4 @@
-"""Hostile input, one test per class of issue 44 (docs/guide.md "What commands write"): every
+"""Hostile input, one test per class of issue 44 (docs/explanation/runs-and-checkpoints.md "What commands write"): every
 case ends in a correct result or a one-line error (exit status 2), never a traceback, a hang,
 a write outside ``--out``, a write through a symbolic link or a user's file replaced unasked.
 ``tests/probe_hostile.py`` runs hundreds of such cases as subprocesses; these are the in-process
@@ -68,7 +68,7 @@ def test_outputs_stay_inside_out_and_never_replace_what_glitchlens_did_not_write
 
 
 def test_training_keeps_a_users_log_and_logs_every_step(tmp_path, capsys, monkeypatch):
-    from interp.train_setup import BatchSource
+    from interp.training.setup import BatchSource
 
     out = tmp_path / "run"
     out.mkdir()
@@ -102,7 +102,7 @@ def test_training_keeps_a_users_log_and_logs_every_step(tmp_path, capsys, monkey
 
 
 def test_building_in_place_refuses_the_shipped_entries(tmp_path):
-    from interp import pretrained
+    from interp.studies import pretrained
 
     before = sorted((PRETRAINED_DIR / "tra-mech").iterdir())
     with pytest.raises(ValueError, match="shipped in the installed package.*--overwrite"):

@@ -18,7 +18,8 @@ from interp.cli import main
 from interp.evaluate import checkpoint_task, evaluate_automaton, evaluate_tokens
 from interp.metrics import read_table
 from interp.tasks import load_split, sample_ffl
-from interp.train import TrainConfig, train
+from interp.training.loop import train
+from interp.training.setup import TrainConfig
 from kernels import native
 from models import CheckpointError, ModelConfig, build_model
 
@@ -125,7 +126,7 @@ def test_a_library_planted_in_a_shared_cache_is_never_loaded(monkeypatch, tmp_pa
 
 
 def test_crafted_metadata_cannot_change_what_the_listing_computes(tmp_path):
-    from interp.pretrained import listing
+    from interp.studies.pretrained import listing
 
     entry = tmp_path / "rope-mech"
     entry.mkdir()

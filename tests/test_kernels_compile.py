@@ -21,6 +21,10 @@ from kernels.common import interpreting  # noqa: E402
 from kernels.tiles import (HEAD_DIMS, TILE_CONFIGS, TileConfig, default_tiles, key_tile_meta, launch_meta,  # noqa: E402
                            tra_meta)
 
+# The environment variables this module reads, {name: (default, meaning)} (docs/reference/environment.md).
+ENVIRONMENT_VARIABLES = {"GLITCHLENS_COMPILE_MATRIX": (
+    "", "1: also compile the full matrix of kernels, targets, dtypes, head dims and tiles (about 2800 binaries, "
+        "hours of CPU)")}
 KERNELS = {f"{op}_{kernel}" for op in ("tra", "fot", "trela", "tda") for kernel in ("fwd", "bwd_dkdv", "bwd_dq")}
 
 

@@ -1,6 +1,6 @@
 """Short CPU training runs that must learn flip-flop (slow; `.ci/run` runs them).
 
-Every mechanism trains with the one recipe of docs/learning-notes.md "Learning on CPU", the
+Every mechanism trains with the one recipe of docs/results/learning.md "Learning on CPU", the
 ``learning`` scale of ``glitchlens reproduce`` (``tiny`` preset with 4 heads, the
 ``cpu-learning`` recipe, fresh FFL(0.8) at T = 128, clean loss, lr 1e-3, batch 16, 1000 steps),
 one torch thread, on the first seed that learned in the committed sweep (runs/learning: TRA did
@@ -22,9 +22,9 @@ import pytest
 import torch
 
 from interp.evaluate import evaluate_tokens
-from interp.reproduce import HELD_OUT_N, SCALES, configs
+from interp.studies.reproduce import HELD_OUT_N, SCALES, configs
 from interp.tasks import held_out
-from interp.train import train
+from interp.training.loop import train
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 this interpreter without a cell error, and gives the outputs it was committed with (after
 normalising what varies between runs: durations, addresses, ids, temporary paths, progress bars;
 decimal numbers within a relative 1e-3, as another CPU rounds them; images and plotly figures by
-presence). How they run: ``interp.notebooks``."""
+presence). How they run: ``interp.docs.notebooks``."""
 
 import copy
 import sys
@@ -12,7 +12,7 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
-notebooks = pytest.importorskip("interp.notebooks")
+notebooks = pytest.importorskip("interp.docs.notebooks")
 
 NOTEBOOKS = sorted(notebooks.NOTEBOOK_DIR.glob("*.ipynb"))
 CHECK_SOURCE = "import sys; print(sys.prefix)"

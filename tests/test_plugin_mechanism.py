@@ -18,7 +18,7 @@ from interp.cli import main
 from interp.conformance import check_mechanism
 from models import ModelConfig, build_model, mechanisms
 from models.attention import REGISTRY, Attention
-from models.config import MODEL_FAMILIES
+from models.mechanisms import MODEL_FAMILIES
 
 PLUGIN = "plugin_mechanisms:SigmoidAttention"
 
@@ -196,7 +196,7 @@ def test_a_plugin_trains_evaluates_and_is_diagnosed_explained_and_hunted_through
 def test_a_plugin_is_swept_in_fresh_processes_and_drawn(tmp_path, monkeypatch):
     """The runs of a sweep start in fresh processes, which find the mechanism through
     GLITCHLENS_MECHANISMS alone; the Table 1 figure draws its row."""
-    from interp.reproduce import Scale, reproduce_table1
+    from interp.studies.reproduce import Scale, reproduce_table1
 
     monkeypatch.setenv(mechanisms.ENVIRONMENT_VARIABLE, PLUGIN)
     scale = Scale(preset="tiny", steps=2, lr=1e-3, batch_size=4, recipe="llama", eval_n=2, eval_every=0, seq_len=32)

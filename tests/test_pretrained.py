@@ -10,22 +10,23 @@ import sys
 import pytest
 
 import models
-from interp import pretrained
 from interp.cli import build_parser, main, train_configs
 from interp.metrics import capture_maps, sparsity
-from interp.specimens import SPECIMENS, specimen
+from interp.studies import pretrained
+from interp.studies.specimens import ENTRIES, TABLE1_SPECIMENS, specimen
 from interp.tasks import load_split
-from interp.train import TrainConfig
+from interp.training.setup import TrainConfig
 from models import ModelConfig
-from models.pretrained import ENTRIES, PRETRAINED_DIR, TABLE1_SPECIMENS
+from models.pretrained import PRETRAINED_DIR
 
 MAX_BYTES = 2 * 1024 * 1024
 MAX_GPU_BYTES = 12 * 1024 * 1024  # a `mini` model: 2.6M float32 parameters (TDA 3.2M: 12.0 MiB, over)
 CPU_ENTRIES = [name for name, entry in ENTRIES.items() if not entry.gpu]
 
 
-def test_every_entry_has_a_specimen():
-    assert list(SPECIMENS) == list(ENTRIES)
+def test_every_built_directory_is_an_entry():
+    """models.pretrained knows the entries by their directories; interp.studies.specimens defines them."""
+    assert set(models.pretrained.built()) <= set(ENTRIES)
 
 
 @pytest.mark.parametrize("name", list(ENTRIES))
@@ -42,7 +43,7 @@ def test_every_entry_is_shipped_small_and_loadable(name):
     # the tensor file records its architecture and checksum (format 3), so swapped weights are refused
     assert models.read_config(entry)["format_version"] >= 3
     meta = models.pretrained.info(name)
-    assert meta["command"] == SPECIMENS[name].command()
+    assert meta["command"] == ENTRIES[name].specimen.command()
     assert meta["seed"] == models.read_config(entry)["training"]["config"]["seed"]
     assert meta["accuracy"]
 
@@ -58,27 +59,27 @@ def test_swapping_the_tensors_of_two_entries_of_the_same_shapes_is_refused(tmp_p
         models.load(swapped)
 
 
-@pytest.mark.parametrize("name", list(SPECIMENS))
+@pytest.mark.parametrize("name", list(ENTRIES))
 def test_the_command_shown_trains_exactly_the_specimen(name):
     """The ``glitchlens train`` command an entry records and ``glitchlens pretrained`` shows,
     parsed as the command line parses it, gives the specimen's configs, logging options included."""
-    argv = shlex.split(SPECIMENS[name].command())
+    argv = shlex.split(ENTRIES[name].specimen.command())
     assert argv[0] == "glitchlens"
-    assert train_configs(build_parser().parse_args(argv[1:])) == SPECIMENS[name].configs()
+    assert train_configs(build_parser().parse_args(argv[1:])) == ENTRIES[name].specimen.configs()
 
 
 @pytest.mark.parametrize("model", list(TABLE1_SPECIMENS))
 def test_table1_specimens_are_seed_0_of_the_cpu_sweep(model):
     """So that ``pretrained build NAME --from-run runs/table1-cpu/runs/MODEL-seed0`` adopts the sweep's run."""
-    from interp.reproduce import SCALES, configs
+    from interp.studies.reproduce import SCALES, configs
 
-    model_cfg, train_cfg = SPECIMENS[f"{model}-mech"].configs()
+    model_cfg, train_cfg = ENTRIES[f"{model}-mech"].specimen.configs()
     swept_model, swept_training = configs(model, 0, SCALES["cpu"])
     assert (model_cfg, train_cfg.semantic_dict()) == (swept_model, swept_training.semantic_dict())
 
 
 def test_building_an_entry_imports_no_command_line():
-    script = "import sys, interp.pretrained\nassert 'interp.cli' not in sys.modules, sorted(sys.modules)"
+    script = "import sys, interp.studies.pretrained\nassert 'interp.cli' not in sys.modules, sorted(sys.modules)"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
@@ -87,7 +88,7 @@ def test_building_an_entry_imports_no_command_line():
 # FFL(0.8) at T = 512 from a seed that no training run, canonical split or figure uses
 # (interp.tasks.held_out). Fewer would be a noisy check: trela-mech reads 99.1% of the 1000, 98.7% of
 # the first 300.
-FLIPFLOP_SPECIMENS = [name for name in CPU_ENTRIES if SPECIMENS[name].configs()[1].task == "flipflop"]
+FLIPFLOP_SPECIMENS = [name for name in CPU_ENTRIES if ENTRIES[name].specimen.configs()[1].task == "flipflop"]
 
 
 @pytest.mark.slow   # 1000 held-out sequences of T = 512 per specimen: 10-47 s each
@@ -95,7 +96,7 @@ FLIPFLOP_SPECIMENS = [name for name in CPU_ENTRIES if SPECIMENS[name].configs()[
 def test_every_flipflop_specimen_has_learned_the_task(name):
     """Issue 11: every specimen reads >= 99% of in-distribution sequences right."""
     from interp.evaluate import evaluate_tokens
-    from interp.reproduce import HELD_OUT_N
+    from interp.studies.reproduce import HELD_OUT_N
     from interp.tasks import held_out
 
     result = evaluate_tokens(models.load_pretrained(name), held_out(HELD_OUT_N, 512), "held-out")
@@ -120,10 +121,12 @@ def test_retraining_an_entry_for_a_few_steps_gives_the_shipped_configuration(tmp
 
 
 def test_unknown_or_unbuilt_names_say_what_to_do(tmp_path, monkeypatch):
-    with pytest.raises(models.CheckpointError, match="available: tra-mech"):
+    with pytest.raises(models.CheckpointError, match=r"no pretrained model 'tra-huge' is built .*\(built: .*tra-mech"):
         models.load_pretrained("tra-huge")
+    with pytest.raises(models.CheckpointError, match="not the name of a pretrained model"):
+        models.load_pretrained("../tra-mech")
     monkeypatch.setattr(models.pretrained, "PRETRAINED_DIR", tmp_path)
-    with pytest.raises(models.CheckpointError, match="glitchlens pretrained build rope-mech"):
+    with pytest.raises(models.CheckpointError, match=r"\(built: none\); `glitchlens pretrained` lists every entry"):
         models.load_pretrained("rope-mech")
 
 

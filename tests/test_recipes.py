@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from interp.cli import build_parser, main, train_configs
-from interp.recipes import DEFAULT_RECIPE, RECIPES
-from interp.reproduce import (Scale, markdown_table, recipes_markdown, reproduce_recipes, reproduce_table1,
-                              summarise_runs)
+from interp.studies.reproduce import (Scale, markdown_table, recipes_markdown, reproduce_recipes, reproduce_table1,
+                                      summarise_runs)
+from interp.training.recipes import DEFAULT_RECIPE, RECIPES
 from models import ModelConfig, build_model, load, save
 
 AUTHORS = RECIPES["authors"].model
@@ -101,7 +101,7 @@ def test_cli_recipe_sets_defaults_and_flags_win():
 
 
 def test_no_recipe_named_is_the_notebook_recipe():
-    """The default recipe is ``authors-notebook`` (docs/learning-notes.md "Training recipes")."""
+    """The default recipe is ``authors-notebook`` (docs/results/learning.md "The recipes, measured")."""
     assert DEFAULT_RECIPE == "authors-notebook" and _parse() == _parse("--recipe", DEFAULT_RECIPE)
     model_cfg, train_cfg = _parse()
     assert (model_cfg.norm_placement, model_cfg.attention_dropout, model_cfg.mlp_hidden_dropout) == ("stream", 0.01, 0.01)

@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from interp.reproduce import PAPER_TABLE1, Scale, reproduce_table1
+from interp.studies.reproduce import PAPER_TABLE1, Scale, reproduce_table1
 
 pytestmark = pytest.mark.integration  # the sweep trains in spawned worker processes
 

@@ -1,4 +1,4 @@
-"""The claim studies (interp/studies.py), the beta ramp of trela/TDA training, and the probes
+"""The claim studies (interp/studies/registry.py), the beta ramp of trela/TDA training, and the probes
 they report: spurious survivors of a threshold (TDA Theorems 4.3, 4.6) and sharp reads."""
 
 import json
@@ -9,12 +9,12 @@ import pytest
 import torch
 
 import models
-from interp import studies
 from interp.metrics.probes import sharp_share
 from interp.metrics.threshold import spurious_survivors, survivor_theorems, threshold_kappa
+from interp.studies import registry
 from interp.tasks import IGNORE, ONE, READ, WRITE, ZERO
-from interp.train import TrainConfig, TrainingInterrupted, train
-from interp.train_setup import beta_at
+from interp.training.loop import beta_at, train
+from interp.training.setup import TrainConfig, TrainingInterrupted
 from models import ModelConfig
 from support import interrupt_training_at
 
@@ -96,36 +96,36 @@ def app_a_frame(learned: dict[tuple[str, int], bool]) -> pd.DataFrame:
 
 def test_the_app_a_rule_takes_the_lowest_seed_where_both_learned_and_waits_for_unfinished_seeds():
     both_at_1 = {("tra", 0): False, ("fot", 0): True, ("tra", 1): True, ("fot", 1): True}
-    assert studies.app_a_chosen_seed(app_a_frame(both_at_1)) == 1
-    assert studies.app_a_chosen_seed(app_a_frame({("tra", 1): True, ("fot", 1): True})) is None
-    assert studies.app_a_chosen_seed(app_a_frame({("tra", 0): True, ("fot", 0): False})) is None
+    assert registry.app_a_chosen_seed(app_a_frame(both_at_1)) == 1
+    assert registry.app_a_chosen_seed(app_a_frame({("tra", 1): True, ("fot", 1): True})) is None
+    assert registry.app_a_chosen_seed(app_a_frame({("tra", 0): True, ("fot", 0): False})) is None
 
 
 def test_every_study_names_its_runs_by_their_options():
-    assert len(studies.app_a_runs()) == 2 * 5 * 2
-    assert {run.training["beta_schedule"] for run in studies.tda_threshold_runs().values()} == {"ramp"}
-    sharpening = studies.sharpening_runs()
+    assert len(registry.app_a_runs()) == 2 * 5 * 2
+    assert {run.training["beta_schedule"] for run in registry.tda_threshold_runs().values()} == {"ramp"}
+    sharpening = registry.sharpening_runs()
     assert len(sharpening) == 2 * 5 * 2
     assert {"regulariser": "linf", "reg_coef": 0.1, "seed": 1}.items() <= sharpening["rope-mech-linf0.1-seed1"].training.items()
 
 
 def test_a_study_run_is_trained_once_and_the_summary_is_written_from_finished_runs(tmp_path, monkeypatch):
-    from interp.specimens import Specimen
+    from interp.studies.specimens import Specimen
 
     run = Specimen("fot", "tiny", {"seq_len": 32, "batch_size": 4, "steps": 2, "lr": 1e-3, "seed": 0}, "llama",
                    model_fields={"n_ctx": 512})
-    monkeypatch.setitem(studies.STUDIES, "app-a", lambda: {"fot-T512-seed0": run})
-    monkeypatch.setattr(studies, "EVAL_N", 2)
-    monkeypatch.setattr("interp.reproduce.HELD_OUT_N", 2)
-    first = studies.run_study_one("app-a", "fot-T512-seed0", run, str(tmp_path))
-    again = studies.run_study_one("app-a", "fot-T512-seed0", run, str(tmp_path))   # read back, not retrained
+    monkeypatch.setitem(registry.STUDIES, "app-a", lambda: {"fot-T512-seed0": run})
+    monkeypatch.setattr(registry, "EVAL_N", 2)
+    monkeypatch.setattr("interp.studies.reproduce.HELD_OUT_N", 2)
+    first = registry.run_study_one("app-a", "fot-T512-seed0", run, str(tmp_path))
+    again = registry.run_study_one("app-a", "fot-T512-seed0", run, str(tmp_path))   # read back, not retrained
     assert again == json.loads(json.dumps(first))
-    frame = studies.run_study("app-a", tmp_path, train=False)
+    frame = registry.run_study("app-a", tmp_path, train=False)
     result = json.loads((tmp_path / "runs" / "fot-T512-seed0" / "result.json").read_text())
     assert result["command"].startswith("glitchlens train --model fot") and result["splits"]["iid"]["sequences"] == 2
     assert frame.name.tolist() == ["fot-T512-seed0"] and "Chosen: no seed yet" in (tmp_path / "summary.md").read_text()
     with pytest.raises(ValueError, match="unknown study"):
-        studies.run_study("nosuch", tmp_path)
+        registry.run_study("nosuch", tmp_path)
 
 
 def test_the_sharpening_table_reads_both_set_ups_and_takes_the_sharpest_layer():
@@ -140,9 +140,9 @@ def test_the_sharpening_table_reads_both_set_ups_and_takes_the_sharpest_layer():
                  "automaton": {"128": {"position_accuracy": 1.0, "sequence_accuracy": 1.0},
                                "512": {"position_accuracy": 0.99, "sequence_accuracy": 0.5}},
                  "sharpness": {"train": [{"layer": 0, "n": 100, "sharp": 25, "share": 0.25}]}}
-    frame = studies.sharpening_table([rope, automaton])
+    frame = registry.sharpening_table([rope, automaton])
     assert frame.base.tolist() == ["rope-mech", "automaton-1l"]
     assert frame.sharp_L1[0] == pytest.approx(14 / 40) and frame.sharp.tolist() == pytest.approx([14 / 40, 0.25])
-    summary = studies.sharpening_summary(frame)
+    summary = registry.sharpening_summary(frame)
     assert "| rope-mech | linf 0.1 | 1 | 3 of 1000 (3.00e-03, <= 8.80e-03)" in summary
     assert "| automaton-1l | none | 0 |" in summary and "100.000% / 99.000%" in summary

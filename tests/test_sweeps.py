@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from interp import sweeps
 from interp.cli import main
-from interp.reproduce import SCALES, Scale, sweep
-from interp.sweeps import SweepFailed, ray_session, run_all
+from interp.studies import sweeps
+from interp.studies.reproduce import SCALES, Scale, sweep
+from interp.studies.sweeps import SweepFailed, ray_session, run_all
 from interp.tasks.text import FlipFlopFormatError
-from interp.train_setup import TrainingDiverged, TrainingInterrupted
+from interp.training.setup import TrainingDiverged, TrainingInterrupted
 from support import glitchlens_as_from_a_terminal, screen
 
 QUICK = Scale(preset="tiny", steps=6, lr=1e-3, batch_size=2, recipe="llama", eval_n=3, eval_every=3, seq_len=64)
@@ -80,7 +80,7 @@ def test_a_sweep_refuses_an_out_with_runs_of_another_scale(tmp_path, monkeypatch
     finished = tmp_path / "runs" / "lstm-seed0"
     finished.mkdir(parents=True)
     (finished / "result.json").write_text(json.dumps({"model": "lstm", "seed": 0, "scale": asdict(QUICK)}))
-    monkeypatch.setattr("interp.reproduce.run_all", lambda *a, **k: pytest.fail("a run started"))
+    monkeypatch.setattr("interp.studies.reproduce.run_all", lambda *a, **k: pytest.fail("a run started"))
     with pytest.raises(ValueError, match="lstm-seed0 is a finished run of another scale \\(steps 6, not 7\\)"):
         sweep(tmp_path, replace(QUICK, steps=7), ("fot", "lstm"), seeds=1, jobs=1)
 
@@ -96,8 +96,8 @@ def test_steps_sets_the_budget_of_table1_and_recipes_only(tmp_path, monkeypatch,
         scales.append(scale)
         (Path(out) / "recipes.md").write_text("table\n")
 
-    monkeypatch.setattr("interp.reproduce.reproduce_table1", reproduce_table1)
-    monkeypatch.setattr("interp.reproduce.reproduce_recipes", reproduce_recipes)
+    monkeypatch.setattr("interp.studies.reproduce.reproduce_table1", reproduce_table1)
+    monkeypatch.setattr("interp.studies.reproduce.reproduce_recipes", reproduce_recipes)
     assert main(["reproduce", "table1", "--steps", "10000", "--out", str(tmp_path), "--quiet"]) == 0
     assert main(["reproduce", "recipes", "--scale", "learning", "--steps", "2000", "--out", str(tmp_path)]) == 0
     assert main(["reproduce", "table1", "--out", str(tmp_path)]) == 0
@@ -118,15 +118,15 @@ def test_device_reaches_table1_and_recipes_and_a_sweep_refuses_one_it_cannot_use
         devices.append(device)
         (Path(out) / "recipes.md").write_text("table\n")
 
-    monkeypatch.setattr("interp.reproduce.reproduce_table1", reproduce_table1)
-    monkeypatch.setattr("interp.reproduce.reproduce_recipes", reproduce_recipes)
+    monkeypatch.setattr("interp.studies.reproduce.reproduce_table1", reproduce_table1)
+    monkeypatch.setattr("interp.studies.reproduce.reproduce_recipes", reproduce_recipes)
     assert main(["reproduce", "table1", "--device", "cuda", "--out", str(tmp_path), "--quiet"]) == 0
     assert main(["reproduce", "recipes", "--device", "cuda", "--out", str(tmp_path), "--quiet"]) == 0
     assert main(["reproduce", "table1", "--out", str(tmp_path), "--quiet"]) == 0
     assert devices == ["cuda", "cuda", "cpu"]
     assert main(["reproduce", "sharpening", "--device", "cuda", "--out", str(tmp_path / "study")]) == 2
     assert "--device is for table1 and recipes: sharpening trains on the CPU" in capsys.readouterr().err
-    monkeypatch.setattr("interp.reproduce.run_all", lambda *a, **k: pytest.fail("a run started"))
+    monkeypatch.setattr("interp.studies.reproduce.run_all", lambda *a, **k: pytest.fail("a run started"))
     with pytest.raises(ValueError, match="--device cuda with --ray: the Ray tasks ask for one CPU each, no GPU"):
         sweep(tmp_path / "ray", QUICK, ("lstm",), seeds=1, jobs=1, ray_address="auto", device="cuda")
     with pytest.raises(ValueError, match="device 'gpu' is not usable here .*; use --device cpu"):

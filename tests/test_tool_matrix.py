@@ -32,7 +32,7 @@ from interp.cli import main
 from interp.diagnose import diagnose
 from interp.explain import explain
 from interp.hunt import hunt, write_hunt
-from interp.reproduce import summarise_runs
+from interp.studies.reproduce import summarise_runs
 from interp.tasks import SPLITS, get_task
 from interp.metrics import (
     MissingHookError, bit_carrier_attention, capture_maps, cross_view_correlation, dispersion, error_rate_by_dependency,
@@ -42,7 +42,7 @@ from interp.metrics import (
 from interp.tasks import ONE, ZERO
 from interp.viewer import head_viewer
 from models import ModelConfig, build_model, mechanisms
-from models.config import MODEL_FAMILIES
+from models.mechanisms import MODEL_FAMILIES
 from support import registries_kept
 
 PLUGIN = "sigmoid"

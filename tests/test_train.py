@@ -11,9 +11,8 @@ import torch
 
 from interp.cli import main
 from interp.tasks import load_split, write_sequences
-from interp.train import (
-    BatchSource, TrainConfig, TrainingDiverged, TrainingInterrupted, lr_at, make_optimizer, sharpening_penalty, train,
-)
+from interp.training.loop import lr_at, sharpening_penalty, train
+from interp.training.setup import BatchSource, TrainConfig, TrainingDiverged, TrainingInterrupted, make_optimizer
 import models
 from models import ModelConfig
 from support import interrupt_training_at
@@ -64,7 +63,7 @@ def test_same_seed_same_checkpoint(tmp_path, model_name):
 def test_two_threads_give_the_same_checkpoint_twice(tmp_path, model_name):
     """Indexing's backward (the embedding) sums in a thread-dependent order on two CPU threads;
     training runs under PyTorch's deterministic algorithms, so the same command gives the same
-    checkpoint at any fixed thread count (docs/guide.md "Determinism")."""
+    checkpoint at any fixed thread count (docs/explanation/runs-and-checkpoints.md "Determinism")."""
     mc = ModelConfig.from_preset(model_name, "tiny", n_ctx=128)
     cfg = TrainConfig(steps=3, seq_len=128, batch_size=16, eval_n=2)
     threads = torch.get_num_threads()
@@ -259,16 +258,16 @@ def test_a_read_only_output_fails_before_training(tmp_path):
 
 
 def test_ctrl_c_during_the_final_evaluation_keeps_the_trained_model(tmp_path, monkeypatch):
-    import interp.train
+    import interp.training.loop
 
-    evaluate = interp.train.quick_eval
+    evaluate = interp.training.loop.quick_eval
 
     def interrupted_final_eval(model, n, *options):
         if n == SMALL["eval_n"]:
             raise KeyboardInterrupt
         return evaluate(model, n)
 
-    monkeypatch.setattr(interp.train, "quick_eval", interrupted_final_eval)
+    monkeypatch.setattr(interp.training.loop, "quick_eval", interrupted_final_eval)
     with pytest.raises(TrainingInterrupted, match="during the final evaluation, after step 3"):
         train(TINY, TrainConfig(steps=3, **SMALL), tmp_path / "run", progress=False)
     assert models.read_config(tmp_path / "run")["training"]["step"] == 3

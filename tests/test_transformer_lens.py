@@ -318,8 +318,7 @@ def flipflop_specimens():
     """The shipped specimens trained on the flip-flop language (not the automaton task)."""
     from models import pretrained
 
-    return [name for name in pretrained.ENTRIES if pretrained.path(name).exists()
-            and "--task automaton" not in pretrained.info(name)["command"]]
+    return [name for name in pretrained.built() if "--task automaton" not in pretrained.info(name)["command"]]
 
 
 def test_every_shipped_mech_specimen_is_a_flip_flop_specimen_here():

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from interp.train import TrainConfig
+from interp.training.setup import TrainConfig
 from models import MODEL_NAMES, ModelConfig, build_model
 
 NUMBERS = st.one_of(st.integers(-3, 3), st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.none(),

@@ -6,7 +6,7 @@ computes our :class:`Evidence` from committed files (:mod:`interp.claims.sources
 sweep tables, figure CSVs, and measurements on the specimens cached under ``runs/claims/`` by
 :mod:`interp.claims.measure`). The verdict is :func:`interp.claims.verdicts.verdict`, one rule
 for every row (its docstring states it). :func:`table` is the claims table; the table in
-docs/results.md, the counts in README.md and the sweeps' run counts are written from it by
+docs/results/claims.md, the counts in README.md and the sweeps' run counts are written from it by
 :func:`write_docs` (``glitchlens claims --write-docs``), and ``tests/test_claims.py`` fails when a
 committed file or a doc disagrees with what this computes.
 """
@@ -93,11 +93,11 @@ def sweeps_markdown() -> str:
 # The generated blocks of the docs: (file, marker) -> what goes between the markers.
 def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
     """A block on lines of its own starts and ends with a newline; the README's is inline."""
-    return {("docs/results.md", "claims-table"): "\n" + to_markdown(frame),
-            ("docs/results.md", "claims-counts"): "\n" + counts_sentence(frame) + ".\n",
-            ("docs/results.md", "sweep-counts"): "\n" + sweeps_markdown(),
+    return {("docs/results/claims.md", "claims-table"): "\n" + to_markdown(frame),
+            ("docs/results/claims.md", "claims-counts"): "\n" + counts_sentence(frame) + ".\n",
+            ("docs/results/claims.md", "sweep-counts"): "\n" + sweeps_markdown(),
             ("README.md", "claims-counts"): counts_sentence(frame)
-            + " ([the claims table](docs/results.md#the-papers-claims-tested))."}
+            + " ([the claims table](docs/results/claims.md#the-papers-claims-tested))."}
 
 
 def marked(text: str, marker: str) -> re.Match | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from interp.claims import sources
 from interp.claims.verdicts import Claim, Evidence, overlaps, percent_interval, wilson
-from interp.reproduce import LEARNED
+from interp.studies.reproduce import LEARNED
 
 ROPE_MECH = ("table1-cpu", "rope-seed0")     # rope-mech is this run (its config's command and seed)
 
@@ -110,7 +110,7 @@ def lstm_evidence(runs_of: dict[str, list[str]], note: str) -> Evidence:
 
 
 def r2_recipe_evidence() -> Evidence:
-    from interp.studies import lstm_r2_runs
+    from interp.studies.registry import lstm_r2_runs
 
     planned = list(lstm_r2_runs())
     done = sum(sources.has_result("lstm-r2", name) for name in planned)
@@ -183,7 +183,7 @@ def r5_evidence() -> Evidence:
 
 def r6_levers_evidence() -> Evidence:
     """R6's levers (embedding dropout 0.5; non-trainable positions), `reproduce r6-levers`."""
-    from interp.studies import r6_levers_runs
+    from interp.studies.registry import r6_levers_runs
 
     planned = list(r6_levers_runs())
     done = [n for n in planned if sources.has_result("r6-levers", n)]

@@ -135,7 +135,7 @@ def weight_norms() -> pd.DataFrame:
 
 
 def automaton_inputs(n: int = 200, seq_len: int = 128):
-    """The sharpening study's automaton sequences (``interp.studies.sharpening_evaluation``)."""
+    """The sharpening study's automaton sequences (``interp.studies.registry.sharpening_evaluation``)."""
     from interp.tasks import sample_automaton
 
     return sample_automaton(n, seq_len, 0.5, rng=1)[0]
@@ -145,7 +145,7 @@ def automaton_sharpness() -> pd.DataFrame:
     """The share of sharp positions (>= 0.99 on the last write) of the shipped automaton
     specimens, measured as the sharpening study measures its runs, with a 95% Wilson interval."""
     from interp.metrics.probes import automaton_write_attention, sharp_share
-    from interp.studies import _sharpness
+    from interp.studies.registry import _sharpness
 
     rows = []
     for name in AUTOMATON_SPECIMENS:
@@ -194,8 +194,8 @@ def r1_checkpoints() -> dict:
     ``R1_SPLITS`` sequences of each split. Resumes from ``checkpoints.json``; writes ``result.json``
     when the last checkpoint is read."""
     from interp.evaluate import evaluate_splits
-    from interp.reproduce import SCALES, configs
-    from interp.train import train
+    from interp.studies.reproduce import SCALES, configs
+    from interp.training.loop import train
     from models.checkpoint import read_config
 
     torch.set_num_threads(1)
@@ -222,7 +222,7 @@ def r1_checkpoints() -> dict:
 
 
 def configs_command() -> str:
-    from interp.specimens import table1
+    from interp.studies.specimens import table1
 
     return table1("rope", "cpu").command()
 

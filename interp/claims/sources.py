@@ -64,8 +64,8 @@ def clear() -> None:
 
 def planned_runs() -> dict[str, list[str]]:
     """Every sweep under ``runs/`` the docs quote, with the names of all its runs, finished or not."""
-    from interp.reproduce import TABLE1_MODELS, run_name
-    from interp.studies import STUDIES
+    from interp.studies.registry import STUDIES
+    from interp.studies.reproduce import TABLE1_MODELS, run_name
 
     table1 = [run_name(model, seed) for seed in range(3) for model in TABLE1_MODELS]
     return {"table1-cpu": table1, "table1-10000": table1,

@@ -10,7 +10,7 @@ import pandas as pd
 from interp.claims import sources
 from interp.claims.verdicts import (MOSTLY_WRONG, Claim, Evidence, overlaps, paper_range, percent_interval,
                                     wilson)
-from interp.reproduce import LEARNED, PAPER_TABLE1, SPLIT_ORDER
+from interp.studies.reproduce import LEARNED, PAPER_TABLE1, SPLIT_ORDER
 
 PAPER_SEEDS = 4           # TRA paper, Table 1: mean and standard deviation over 4 seeds
 PAPER_STEPS = 25_000
@@ -159,7 +159,7 @@ def app_a_extended_evidence() -> Evidence:
     """"TRA is the only 2 x 1 model that generalises": the other mechanisms at the App. A layout
     (``runs/app-a-extended``) under the perfection rule; holds when none of their runs is perfect
     while TRA's that learned are (``runs/app-a``)."""
-    from interp.studies import APP_A_EXTENDED_MODELS, app_a_extended_runs
+    from interp.studies.registry import APP_A_EXTENDED_MODELS, app_a_extended_runs
 
     planned = list(app_a_extended_runs())
     done = [sources.result("app-a-extended", name) for name in planned if sources.has_result("app-a-extended", name)]

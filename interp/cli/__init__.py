@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
-from interp.cli.commands import shown, stop_signals_ignored, train_configs
+from interp.cli.commands import COMMANDS, shown, stop_signals_ignored, train_configs
 from interp.cli.parser import build_parser
 
 __all__ = ["build_parser", "main", "train_configs"]
@@ -86,10 +86,10 @@ def _main(argv: list[str] | None) -> int:
         command = f"glitchlens {args.command}"
         args.argv = argv
         if args.command != "pretrained" or args.action == "build":  # the listing reads JSON: no torch, at once
-            from interp.train import reuse_freed_memory
+            from interp.training.setup import reuse_freed_memory
 
             reuse_freed_memory()
-        return args.func(args)
+        return COMMANDS[args.command](args)
     except KeyboardInterrupt:  # Ctrl-C anywhere, imports included (the commands that save say what they kept)
         with stop_signals_ignored():   # a storm of Ctrl-C cannot interrupt the message
             _close_progress_bars()

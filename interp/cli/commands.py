@@ -106,9 +106,9 @@ def _task_data(args) -> int:
 
 def train_configs(args):
     """The ``(ModelConfig, TrainConfig)`` that ``glitchlens train`` arguments describe; the training
-    length defaults to the task's (``interp.recipes.run_configs`` sets its vocabulary and n_ctx)."""
-    from interp.recipes import run_configs
+    length defaults to the task's (``interp.training.recipes.run_configs`` sets its vocabulary and n_ctx)."""
     from interp.tasks import get_task
+    from interp.training.recipes import run_configs
 
     resolve_task(args)
     seq_len = args.seq_len or get_task(args.task).seq_len
@@ -134,7 +134,7 @@ def resumed_configs(args):
     checkpoint's value, except the logging ones (``--eval-every``, ``--eval-n``,
     ``--checkpoint-every``), which apply to the rest of the run; an error names each field that differs."""
     from interp.cli.parser import build_parser
-    from interp.train_setup import TrainConfig, saved_configs
+    from interp.training.setup import TrainConfig, saved_configs
     from models import read_config
 
     saved = read_config(args.out)
@@ -173,7 +173,7 @@ TRAIN_FLAG_FIELDS = {**{name: name for name in (
 
 def train_configs_fields(args):
     """The TrainConfig fields that ``train``'s flags give, as a TrainConfig (validated)."""
-    from interp.train_setup import TrainConfig
+    from interp.training.setup import TrainConfig
 
     fields = {field: getattr(args, dest) for dest, field in TRAIN_FLAG_FIELDS.items()
               if getattr(args, dest) is not None}
@@ -203,7 +203,8 @@ def stop_signals_ignored():
 
 
 def cmd_train(args) -> int:
-    from interp.train import TrainingInterrupted, format_quick_eval, train
+    from interp.training.loop import format_quick_eval, train
+    from interp.training.setup import TrainingInterrupted
     from models.checkpoint import CONFIG_FILE
 
     resuming = args.resume and (Path(args.out) / CONFIG_FILE).exists()
@@ -235,14 +236,17 @@ def checkpoint_dir(text: str) -> Path:
     """The checkpoint a CHECKPOINT argument names: a path that exists as given, even one named
     like a pretrained model (the user's own directory is the one meant), else the pretrained
     entry of that name."""
+    from interp.studies.specimens import ENTRIES, build_command
     from models import pretrained
 
     if Path(text).exists():
         return checked_checkpoint(Path(text))
-    if text not in pretrained.ENTRIES:
+    if text not in ENTRIES:
         raise ValueError(f"{text}: no such checkpoint directory, nor a pretrained model of that name "
-                         f"(pretrained: {', '.join(pretrained.ENTRIES)})")
-    pretrained.info(text)  # refuses an entry not built yet, saying how to build it
+                         f"(pretrained: {', '.join(ENTRIES)})")
+    if text not in pretrained.built():
+        raise ValueError(f"pretrained model {text!r} is not built in {pretrained.PRETRAINED_DIR}; build it with "
+                         f"`{build_command(text)}`")
     return checked_checkpoint(pretrained.path(text))
 
 
@@ -449,7 +453,7 @@ def cmd_explain(args) -> int:
 
     if args.pairs > MAX_PAIRS:
         raise ValueError(f"--pairs {args.pairs}: each patching pass runs that many sequences, once per head, "
-                         f"position and path; at most {MAX_PAIRS} (docs/diagnostics.md \"What explain costs\")")
+                         f"position and path; at most {MAX_PAIRS} (docs/results/tools.md \"What explain costs\")")
     result = explain(checkpoint_dir(args.checkpoint), args.out, split=args.split, n=args.n, pairs=args.pairs,
                      device=args.device, progress=not args.quiet, overwrite=args.overwrite)
     for kind, reason in result.summary["skipped"].items():
@@ -544,16 +548,16 @@ def cmd_check_task(args) -> int:
 
 
 def cmd_reproduce(args) -> int:
-    from interp import sweeps
     from interp.outputs import writable_dir
-    from interp.reproduce import SCALES, TABLE1_MODELS, check_configs
-    from interp.train_setup import output_lock
+    from interp.studies import sweeps
+    from interp.studies.reproduce import SCALES, TABLE1_MODELS, check_configs
+    from interp.training.setup import output_lock
 
     models = tuple(args.models.split(",")) if args.models else TABLE1_MODELS
     scale = SCALES[args.scale] if args.steps is None else replace(SCALES[args.scale], steps=args.steps)
     sweeps.SHOW_PROGRESS = not args.quiet
     from interp.outputs import check_free, linked_folders, record
-    from interp.studies import STUDIES
+    from interp.studies.registry import STUDIES
 
     if args.seeds > MAX_SEEDS:
         raise ValueError(f"--seeds {args.seeds:,}: a sweep runs at most {MAX_SEEDS} seeds per model "
@@ -565,10 +569,10 @@ def cmd_reproduce(args) -> int:
     else:
         if args.steps is not None:
             raise ValueError(f"--steps is for table1 and recipes: {args.what} fixes its runs' budgets "
-                             "(interp/studies.py)")
+                             "(interp/studies/registry.py)")
         if args.device != "cpu":
             raise ValueError(f"--device is for table1 and recipes: {args.what} trains on the CPU "
-                             "(interp/studies.py)")
+                             "(interp/studies/registry.py)")
     out = Path(args.out)
     if out.is_dir():   # before the runs; a run's files are written in their own folders
         check_free(out, reports)
@@ -592,8 +596,8 @@ REPRODUCE_REPORTS = {"table1": ("table1.csv", "table1.md"), "recipes": ("recipes
 
 def _reproduce(args, models: tuple[str, ...], scale) -> str:
     """Run what ``glitchlens reproduce`` names; returns the report's file name."""
-    from interp.reproduce import reproduce_recipes, reproduce_table1
-    from interp.studies import STUDIES, run_study
+    from interp.studies.registry import STUDIES, run_study
+    from interp.studies.reproduce import reproduce_recipes, reproduce_table1
 
     if args.what in STUDIES:
         run_study(args.what, args.out, args.jobs, args.ray, train=not args.report_only)
@@ -610,14 +614,13 @@ def _reproduce(args, models: tuple[str, ...], scale) -> str:
 
 
 def cmd_pretrained(args) -> int:
-    from interp import pretrained
-    from interp.specimens import specimen
-    from models.pretrained import ENTRIES
+    from interp.studies import pretrained
+    from interp.studies.specimens import ENTRIES, specimen
 
     if args.action == "list" and not Path(args.root).is_dir():
         raise ValueError(f"--root {args.root}: no such directory of pretrained entries")
     if args.action == "build":
-        from interp.train import TrainingInterrupted
+        from interp.training.setup import TrainingInterrupted
 
         names = args.names or [name for name, entry in ENTRIES.items() if not entry.gpu]
         if args.from_run and len(names) != 1:
@@ -667,7 +670,7 @@ def cmd_pretrained(args) -> int:
                                    f"{row['size_kb']:.0f} KB" if row["built"] else "-")))
     console.print(table)
     unbuilt = [row["name"] for row in rows if not row["built"]]
-    if unbuilt:  # their build commands are in `list NAME` (models.pretrained.build_command imports torch)
+    if unbuilt:  # their build commands are in `list NAME`
         console.print(f"not built: {', '.join(unbuilt)}; `glitchlens pretrained list NAME` says how to build one")
     return 0
 
@@ -691,10 +694,10 @@ def _accuracy_lines(accuracy: dict) -> str:
 
 
 def _entry_table(row: dict) -> Table:
-    """One row of ``interp.pretrained.listing``, field by field (``glitchlens pretrained list NAME``)."""
+    """One row of ``interp.studies.pretrained.listing``, field by field (``glitchlens pretrained list NAME``)."""
     from rich.table import Table
 
-    from models.pretrained import build_command
+    from interp.studies.specimens import build_command
 
     fields = {"description": row["description"], "path": row["path"]}
     if row["built"]:
@@ -781,3 +784,11 @@ def cmd_check_mechanism(args) -> int:
     console.print(f"{len(report.checks) - len(failed)} of {len(report.checks)} checks passed"
                   + (f"; failed: {', '.join(failed)}" if failed else ""), highlight=False)
     return 1 if failed else 0
+
+
+# Each subcommand's function, by the name the parser gives it (``args.command``); the parser
+# names the commands and their options, and imports nothing from here.
+COMMANDS = {"data": cmd_data, "train": cmd_train, "eval": cmd_eval, "diagnose": cmd_diagnose, "explain": cmd_explain,
+            "hunt": cmd_hunt, "reproduce": cmd_reproduce, "pretrained": cmd_pretrained, "figures": cmd_figures,
+            "bench": cmd_bench, "check-mechanism": cmd_check_mechanism, "check-task": cmd_check_task,
+            "claims": cmd_claims}

@@ -1,17 +1,14 @@
 """``build_parser``: every ``glitchlens`` subcommand and option. It imports neither torch nor
-anything that does, so that ``--help`` answers at once.
+anything that does, so that ``--help`` answers at once, nor the commands: ``args.command`` names
+the one to run (:data:`interp.cli.commands.COMMANDS`).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from interp.cli.commands import (cmd_bench, cmd_check_mechanism, cmd_check_task, cmd_claims, cmd_data, cmd_diagnose,
-                                 cmd_eval, cmd_explain, cmd_figures, cmd_hunt, cmd_pretrained, cmd_reproduce, cmd_train)
-
-
 TASK_HELP = ("a registered task: flipflop, automaton, counting (1 variable), counting-3, counting-5, selective-copy "
-             "(CoPE Sec. 5.2-5.3), or your own as MODULE:CLASS (docs/guide.md \"Your own task\")")
+             "(CoPE Sec. 5.2-5.3), or your own as MODULE:CLASS (docs/how-to/add-a-task.md \"Your own task\")")
 CHECKPOINT_TASK_HELP = ("the task the checkpoint was trained on, which it records (default: that one); MODULE:CLASS "
                         "registers a task of your own first")
 
@@ -50,11 +47,12 @@ def _clip_norm(text: str) -> float | str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from interp.recipes import DEFAULT_RECIPE, RECIPES
+    from interp.studies.specimens import ENTRIES
+    from interp.training.recipes import DEFAULT_RECIPE, RECIPES
     from models import PRESETS
     from models.mechanisms import model_names
     from models.config import ATTENTION_IMPLS, INIT_SCHEMES, NORM_PLACEMENTS
-    from models.pretrained import ENTRIES, PRETRAINED_DIR
+    from models.pretrained import PRETRAINED_DIR
 
     parser = argparse.ArgumentParser(prog="glitchlens", formatter_class=HelpFormatter,
                                      description="Train, evaluate and diagnose small transformers on the flip-flop "
@@ -68,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--mechanism", action="append", metavar="[NAME=]MODULE:CLASS",
                        help="import an attention mechanism of your own and register it as the model NAME (default: "
                             "the class name, lower-case, less 'Attention'), here and in the processes this command "
-                            "starts; repeatable (docs/guide.md \"Your own mechanism\")")
+                            "starts; repeatable (docs/how-to/add-a-mechanism.md \"Your own mechanism\")")
         return p
 
     checkpoint_help = (f"checkpoint directory, or the name of a pretrained model ({', '.join(ENTRIES)}; "
@@ -87,7 +85,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens per sequence (default: the split's; train: the task's training length)")
     p.add_argument("--out", type=output_path, required=True, help="file to write; .jsonl or .parquet")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists (without it, that is an error)")
-    p.set_defaults(func=cmd_data)
 
     p = command("train", "train a model on a flip-flop task and save a checkpoint")
     p.add_argument("--model", choices=model_names(), default=None,
@@ -103,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=16, help="sequences per step")
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (linear warm-up, then cosine decay)")
     p.add_argument("--recipe", choices=list(RECIPES), default=DEFAULT_RECIPE,
-                   help="block, init, dropout and optimiser defaults (see interp/recipes.py; llama is the "
+                   help="block, init, dropout and optimiser defaults (see interp/training/recipes.py; llama is the "
                         "Llama-style set-up of the options' own defaults); explicit flags win")
     p.add_argument("--weight-decay", type=float, default=None,
                    help="AdamW weight decay (default: the recipe's; authors-notebook: 0.01, llama: 0.1)")
@@ -173,7 +170,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scaled (default): scaled normal; torch: nn.Linear's defaults (the TRA authors' code)")
     p.add_argument("--linear-bias", action=argparse.BooleanOptionalAction, default=None,
                    help="biases on the MLP and the attention output projection (default off)")
-    p.set_defaults(func=cmd_train)
 
     p = command("eval", "glitch rates and sequence accuracy of a checkpoint (automaton models: state accuracy on "
                         "fresh automaton sequences)")
@@ -190,7 +186,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
-    p.set_defaults(func=cmd_eval)
 
     p = command("diagnose", "evaluate a checkpoint, measure its attention, write a self-contained report")
     p.add_argument("checkpoint", help=checkpoint_help)
@@ -208,13 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="torch device, e.g. cuda (default: cpu)")
     p.add_argument("--json", action="store_true", help="print metrics.json instead of the summary table")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
-    p.set_defaults(func=cmd_diagnose)
 
     p = command("explain", "name the components that carry the bit to the reads and the ones that corrupt it at "
                            "the glitches (direct logit attribution, activation and path patching); the patching "
                            "is the cost: one forward pass of --pairs sequences per head of every patched hook, per "
                            "stream position and per path, for each kind of pair "
-                           "(docs/diagnostics.md \"What explain costs\")")
+                           "(docs/results/tools.md \"What explain costs\")")
     p.add_argument("checkpoint", help=checkpoint_help)
     p.add_argument("--split", choices=["iid", "sparse", "dense"], default="dense",
                    help="the canonical split whose glitches are explained")
@@ -230,7 +224,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "its own earlier outputs are always replaced)")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
-    p.set_defaults(func=cmd_explain)
 
     p = command("hunt", "search for flip-flop sequences the model gets wrong (an evolutionary search over "
                         "instruction and bit edits, longer sequences, denser distractors) against random sampling at "
@@ -259,7 +252,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
     p.add_argument("--json", action="store_true", help="print hunt.json instead of the tables")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
-    p.set_defaults(func=cmd_hunt)
 
     p = command("reproduce", "sweeps over models and seeds: the TRA paper's Table 1 (table1), or which training "
                              "recipe learns (recipes)")
@@ -270,12 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "beta = 1; sharpening: the flip-flop paper's attention-sharpening regularisers; mixture: "
                         "RoPE on a mixture of sparsities; table1-budget: the baselines at 3000 and 10,000 steps; "
                         "lstm-r2: the flip-flop paper's LSTM recipe over 20 seeds; cope-tasks: CoPE, RoPE, APE and REL on "
-                        "CoPE's counting and selective copy, interp/cope_tasks.py; interp/studies.py)")
+                        "CoPE's counting and selective copy, interp/studies/cope_tasks.py; interp/studies/registry.py)")
     p.add_argument("--scale", choices=["cpu", "learning", "paper"], default="cpu",
                    help="cpu: tiny models with 4 heads and the cpu-learning-authors recipe, 1000 steps at lr 1e-3, "
                         "batch 16, T = 512; learning: tiny models with 4 heads (recipe cpu-learning), 1000 steps at "
-                        "T = 128 (docs/learning-notes.md \"Learning on CPU\"); paper: the TRA paper's mini models, 25k steps at "
-                        "lr 1e-4, batch 64 (a GPU's work)")
+                        "T = 128 (docs/results/learning.md \"Learning on CPU\"); paper: the TRA paper's mini models, "
+                        "25k steps at lr 1e-4, batch 64 (a GPU's work)")
     p.add_argument("--steps", type=positive_int, default=None,
                    help="table1, recipes: train every run for this many steps instead of the scale's (the cosine "
                         "schedule stretched to them, nothing else changed); give each budget an --out of its own")
@@ -284,21 +276,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "runs share it; the Triton kernels run there); each result.json names it")
     p.add_argument("--models", default=None, help="comma-separated models (default: the 12 of Table 1)")
     p.add_argument("--recipes", default="llama,authors",
-                   help="recipes: comma-separated names from interp/recipes.py")
+                   help="recipes: comma-separated names from interp/training/recipes.py")
     p.add_argument("--seeds", type=positive_int, default=3, help="seeds per model (and recipe)")
     p.add_argument("--jobs", type=positive_int, default=2,
                    help="runs at once on this machine (one torch thread each); with --ray local, Ray's CPUs")
     p.add_argument("--ray", default=None, metavar="ADDRESS",
                    help="run the runs as tasks on a Ray cluster (the ray extra): auto, host:6379, "
                         "ray://host:10001, or local to start one here; --out must be on a filesystem every node "
-                        "shares (docs/guide.md \"Sweeps on Ray\")")
+                        "shares (docs/how-to/sweep-on-ray.md \"Sweeps on Ray\")")
     p.add_argument("--out", type=output_path, required=True, help="directory for the runs and the report")
     p.add_argument("--report-only", action="store_true",
                    help="table1, app-a: write the table from the runs that have finished, training nothing")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar (it goes to stderr: the runs done, the time so far and an estimate of "
                         "what is left)")
-    p.set_defaults(func=cmd_reproduce)
 
     p = command("pretrained", "list the shipped pretrained models, show one, or rebuild them from their recipes")
     p.add_argument("action", nargs="?", choices=["list", "build"], default="list",
@@ -317,7 +308,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--table1", action="store_true",
                    help="list: the GPU specimens' full-split accuracies beside the TRA paper's Table 1 (markdown)")
     p.add_argument("--quiet", action="store_true", help="build: no progress bars (they go to stderr)")
-    p.set_defaults(func=cmd_pretrained)
 
     p = command("figures", "reproduce the papers' mechanistic figures on the pretrained models")
     p.add_argument("--out", type=output_path, required=True,
@@ -330,11 +320,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--table1", default=None, metavar="CSV",
                    help="table1.csv of `glitchlens reproduce table1` (without it the table1 figure is skipped)")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
-    p.set_defaults(func=cmd_figures)
 
     p = command("bench", "benchmarks that print ratios measured side by side")
     p.add_argument("what", choices=["data", "models", "diagnose", "kernels", "tiles", "eval"],
-                   help="what to time (docs/cpu-path-and-kernels.md \"Benchmarks\")")
+                   help="what to time (docs/results/benchmarks.md \"Benchmarks\")")
     p.add_argument("checkpoint", nargs="?", help="bench tiles: a trained checkpoint directory")
     p.add_argument("--repeats", type=positive_int, default=3,
                    help="timed runs of each measurement; the best counts (bench kernels: the median, after a warm-up)")
@@ -369,7 +358,6 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "flip-flop entries)")
     p.add_argument("-n", type=positive_int, default=1024, help="bench eval: first n sequences of the sparse split")
     p.add_argument("--no-baseline", action="store_true", help="bench eval: skip the previous evaluation loop")
-    p.set_defaults(func=cmd_bench)
 
     p = command("check-mechanism", "check that an attention mechanism keeps the contract every tool relies on "
                                    "(causality of outputs and gradients, hooks, determinism, gradients, half "
@@ -380,25 +368,22 @@ def build_parser() -> argparse.ArgumentParser:
                         "mechanism or model")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda (which also runs Triton kernels)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(func=cmd_check_mechanism)
 
     p = command("check-task", "check that a task keeps the contract every tool relies on (seeded determinism, "
                               "prefix-stable draws, splits, scored positions, answers consistent with the sequence); "
                               "one line per check; exit status 1 if a check fails")
     p.add_argument("task", metavar="NAME|MODULE:CLASS", help="a registered task, or the Task class to import and check")
-    p.set_defaults(func=cmd_check_task)
 
     p = command("claims", "the papers' claims tested: every claim's paper number, ours computed from the committed "
                           "runs, figures and specimen measurements, and the verdict by one rule (interp/claims)")
     p.add_argument("--format", choices=["md", "csv", "json"], default="md", help="how to print the table")
     p.add_argument("--write-docs", action="store_true",
                    help="write the table, its counts and the sweeps' run counts between the generated markers of "
-                        "docs/results.md and README.md")
+                        "docs/results/claims.md and README.md")
     p.add_argument("--measure", nargs="*", metavar="NAME",
                    help="first recompute these specimen measurements into runs/claims/ (none named: all of them; "
                         "r1-checkpoints: the checkpoint study, a training run)")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr while measuring")
-    p.set_defaults(func=cmd_claims)
     return parser
 
 

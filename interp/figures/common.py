@@ -28,12 +28,12 @@ from interp.tasks import last_write_positions, load_split, read_mask
 # The specimens the figures are drawn on, named here alone: a figure takes its model from these
 # (the TDA figures, 02a-06, from TDA_BETA1), so drawing them on another specimen is one edit.
 TRA, FOT, TDA, COPE, ROPE, AUTOMATON = "tra-mech", "fot-mech", "tda-mech", "cope-mech", "rope-mech", "automaton-1l"
-# TDA in the paper's regime, its threshold at beta = 1 (interp.studies.TDA_THRESHOLD_RULE); the
+# TDA in the paper's regime, its threshold at beta = 1 (interp.studies.registry.TDA_THRESHOLD_RULE); the
 # glitch anatomy keeps tda-mech, whose beta was learned down to 0.18
 TDA_BETA1 = "tda-beta1"
-# automaton-1l's set-up trained with the entropy sharpening regulariser (interp.specimens.sharpened)
+# automaton-1l's set-up trained with the entropy sharpening regulariser (interp.studies.specimens.sharpened)
 AUTOMATON_SHARP = "automaton-1l-sharp"
-# The App. A pair that the rule of ``glitchlens reproduce app-a`` chose (interp.studies.APP_A_RULE)
+# The App. A pair that the rule of ``glitchlens reproduce app-a`` chose (interp.studies.registry.APP_A_RULE)
 TRA_APP_A, FOT_APP_A = "tra-app-a", "fot-app-a"
 DIFF, TRELA = "diff-mech", "trela-mech"
 # Every shipped specimen trained on the flip-flop language (the automaton ones are not)

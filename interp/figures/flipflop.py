@@ -18,10 +18,10 @@ from interp.metrics import (
     MIN_CARRIER_SHARE, automaton_write_attention, bit_carrier_attention, capture_maps, error_rate_by_dependency,
     heatmap_window, mean_interval, wilson_interval,
 )
+from interp.studies.registry import SHARP
 from interp.tasks import (
     BOTTOM, CANONICAL_SEQ_LEN, IGNORE, READ, SIGMA_0, SIGMA_1, WRITE, ZERO, automaton_states, sample_automaton,
 )
-from interp.studies import SHARP
 from interp.tasks.automaton import AUTOMATON_VOCAB
 
 DRIFT_LENGTHS = (64, 128, 256, 512, 1024, 2048)

@@ -24,7 +24,7 @@ scores the files :func:`write_hunt` writes, and only the reads wrong in that eva
 (the search scores candidates of mixed lengths padded into one batch; that changes no
 prediction mathematically, but a margin within float rounding of zero could flip).
 
-Choices where the issue left room: fitness is the lowest margin (a glitch's read has a
+Choices where the task is silent: fitness is the lowest margin (a glitch's read has a
 negative one) rather than a probability, so that the search still has a gradient among
 sequences the model reads right with near-certainty; the guided search starts from the training
 distribution FFL(0.8) by default, so whatever it finds it reached by edits; sequences grow to

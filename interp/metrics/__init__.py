@@ -7,10 +7,15 @@ the last write's bit wherever the model moved it, or on the write itself (flip-f
 12, 14). ``anatomy``: where the final layer looks at each read and which logit term decided it, and the
 intervals of shares and means (Wilson, t). ``capture``: running a model for its maps, collected or streamed layer by layer.
 Nothing here imports ``models``.
+
+The shapes are in the signatures (jaxtyping), with TransformerLens's axis names: ``batch``, ``pos``
+(token positions), ``head``, ``query_pos`` and ``key_pos`` (a map's rows and columns), ``d_head``,
+``d_vocab``; ``read`` counts the reads of :func:`read_table`. ``Map`` is one layer's map, ``Maps``
+one map or one per layer, ``Tokens`` the token ids ``[batch, pos]``.
 """
 
 from interp.metrics.attention import (
-    EPS, Maps, by_layer, cache_maps, causal, cross_view_correlation, dispersion, effective_entropy,
+    EPS, Map, Maps, by_layer, cache_maps, causal, cross_view_correlation, dispersion, effective_entropy,
     entropy_summary, gaussian_tail, inhibition, l1_normalised, last_row_dispersion, magnitudes, max_abs_weight,
     peak_cooccurrence, raw_logits, sink_eps, sink_ratio, sparsity, summarise, survivor_counts, survivor_growth,
     survivor_scaling, tail_probabilities, zero_rows,
@@ -22,7 +27,7 @@ from interp.metrics.anatomy import (
 )
 from interp.metrics.capture import DEFAULT_LENGTHS, MissingHookError, capture_maps, heatmap_window
 from interp.metrics.probes import (
-    MIN_CARRIER_SHARE, automaton_write_attention, automaton_write_positions, bit_carrier_attention, bit_carrier_summary,
-    bit_carriers, bit_carriers_in_tokens, error_rate_by_dependency, glitch_table, last_write_attention,
-    last_write_summary, mean_by_key_token, sharp_share, propagate_bit_carriers, read_table,
+    MIN_CARRIER_SHARE, Tokens, automaton_write_attention, automaton_write_positions, bit_carrier_attention,
+    bit_carrier_summary, bit_carriers, bit_carriers_in_tokens, error_rate_by_dependency, glitch_table,
+    last_write_attention, last_write_summary, mean_by_key_token, sharp_share, propagate_bit_carriers, read_table,
 )

@@ -18,9 +18,12 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import torch
+from jaxtyping import Bool, Float, Integer, Shaped
 from scipy.special import ndtri, stdtrit
+from torch import Tensor
 
-from interp.metrics.attention import causal
+from interp.metrics.attention import Map, causal
+from interp.metrics.probes import Carriers, Tokens
 from interp.tasks.flipflop import WRITE, last_write_positions, read_mask
 
 # The regions a destination can be, in the order they claim a key, then the class of a read whose
@@ -35,10 +38,12 @@ OTHER = "other"
 RECENT_TOKENS = 8
 # Losing terms of :func:`logit_split`.
 LOSING_TERMS = ("position", "content", "both", "threshold", "none")
+# One entry per read: its sequence (read_table's seq) or its position (position)
+ReadIndex = Integer[np.ndarray, "read"]
 
 
-def key_regions(tokens: np.ndarray, carriers: np.ndarray, seq: np.ndarray, position: np.ndarray
-                ) -> dict[str, torch.Tensor]:
+def key_regions(tokens: Tokens, carriers: Carriers, seq: ReadIndex, position: ReadIndex
+                ) -> dict[str, Bool[Tensor, "read key_pos"]]:
     """``{region: [read, key_pos] bool}`` for the reads at ``(seq, position)`` of ``tokens``
     ``[n, T]``, disjoint, each key in the first region that claims it:
 
@@ -80,13 +85,14 @@ def key_regions(tokens: np.ndarray, carriers: np.ndarray, seq: np.ndarray, posit
     return dict(zip((*REGIONS, OTHER), (last, older, first, recent, other)))
 
 
-def _read_rows(a: torch.Tensor, seq: np.ndarray, position: np.ndarray) -> torch.Tensor:
+def _read_rows(a: Shaped[Tensor, "batch head query_pos key_pos"], seq: ReadIndex, position: ReadIndex
+               ) -> Shaped[Tensor, "read head key_pos"]:
     """``[read, head, key_pos]``: the rows of map ``a`` ``[batch, head, query_pos, key_pos]`` at the reads."""
     return a[torch.as_tensor(seq), :, torch.as_tensor(position), :].float().cpu()
 
 
-def region_masses(pattern: torch.Tensor, regions: dict[str, torch.Tensor], seq: np.ndarray,
-                  position: np.ndarray) -> dict[str, torch.Tensor]:
+def region_masses(pattern: Map, regions: dict[str, Bool[Tensor, "read key_pos"]], seq: ReadIndex,
+                  position: ReadIndex) -> dict[str, Float[Tensor, "read head"]]:
     """``{region: [read, head]}``: the share of each head's attention at each read that falls in
     each region: ``|A_qk|`` summed over the region's keys over ``|A_qk|`` summed over every key
     ``k <= q`` (signed differential maps count by magnitude). A row that is all zero has NaN.
@@ -113,8 +119,7 @@ def destination(masses: pd.DataFrame) -> pd.Series:
     return pd.Series(np.where(held, np.array(REGIONS, dtype=object)[best], SPREAD), index=masses.index)
 
 
-def attention_destinations(pattern: torch.Tensor, tokens: np.ndarray, carriers: np.ndarray,
-                           reads: pd.DataFrame) -> pd.DataFrame:
+def attention_destinations(pattern: Map, tokens: Tokens, carriers: Carriers, reads: pd.DataFrame) -> pd.DataFrame:
     """Where the final layer's attention goes at each read of ``reads`` (``seq``, ``position``),
     one row per read: the layer's weight in each region of :func:`key_regions` (columns named
     by region, plus ``other``) and its ``destination`` (:func:`destination`).
@@ -135,7 +140,7 @@ def attention_destinations(pattern: torch.Tensor, tokens: np.ndarray, carriers: 
     return frame
 
 
-def retrieval_head(pattern: torch.Tensor, tokens: np.ndarray, carriers: np.ndarray, reads: pd.DataFrame) -> int:
+def retrieval_head(pattern: Map, tokens: Tokens, carriers: Carriers, reads: pd.DataFrame) -> int:
     """The head of a final layer that puts the most weight on the ``last write`` region
     (:func:`key_regions`), mean over ``reads``: the head that retrieves the bit.
 
@@ -146,8 +151,8 @@ def retrieval_head(pattern: torch.Tensor, tokens: np.ndarray, carriers: np.ndarr
     return int(torch.nan_to_num(masses[REGIONS[0]], nan=0.0).mean(0).argmax())
 
 
-def logit_split(content: torch.Tensor, position_term: torch.Tensor, allowed: torch.Tensor, tokens: np.ndarray,
-                carriers: np.ndarray, reads: pd.DataFrame, head: int) -> pd.DataFrame:
+def logit_split(content: Map, position_term: Map, allowed: Shaped[Tensor, "batch head query_pos key_pos"],
+                tokens: Tokens, carriers: Carriers, reads: pd.DataFrame, head: int) -> pd.DataFrame:
     """The contest each read's attention logit decides, split into its content and position terms,
     for one ``head`` of a layer whose logit is ``content + position_term`` on the ``allowed`` keys
     (all three ``[batch, head, query_pos, key_pos]``: for RoPE q.k unrotated and the rotation's
@@ -194,7 +199,8 @@ def logit_split(content: torch.Tensor, position_term: torch.Tensor, allowed: tor
     return frame
 
 
-def wilson_interval(count, n, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+def wilson_interval(count, n, confidence: float = 0.95
+                    ) -> tuple[Float[np.ndarray, "*shape"] | float, Float[np.ndarray, "*shape"] | float]:
     """The Wilson score interval of a binomial share ``count / n`` (arrays alike; NaN where
     ``n`` is 0): what the share of ``n`` independent draws pins down at ``confidence``
     (Wilson 1927, the score interval)::

@@ -26,10 +26,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 import torch
+from jaxtyping import Bool, Float, Shaped
+from torch import Tensor
 
 from kernels.common import suffix_sum
 
-Maps = torch.Tensor | Mapping[int, torch.Tensor] | Sequence[torch.Tensor]
+# One layer's map, in TransformerLens's hook_pattern shape; Maps: one map, or one per layer
+Map = Float[Tensor, "batch head query_pos key_pos"]
+Maps = Map | Mapping[int, Map] | Sequence[Map]
+# A map among maps of several lengths (and batches) in one call: its axes are not bound to theirs
+MapAnyLength = Float[Tensor, "_batch _head _query_pos _key_pos"]
 
 # Columns that describe a row rather than identify it: summarise() never groups by them.
 DESCRIPTIVE = ("value", "gaussian", "sigma", "mean", "constant_view", "n_entries", "n_rows", "growth",
@@ -39,7 +45,12 @@ DESCRIPTIVE = ("value", "gaussian", "sigma", "mean", "constant_view", "n_entries
 EPS = 1e-12
 
 
-def cache_maps(cache, name: str = "pattern") -> dict[int, torch.Tensor]:
+def attention_hook(name: str) -> re.Pattern:
+    """The names ``blocks.{layer}.attn.hook_{name}`` of every layer, the layer as group 1."""
+    return re.compile(rf"blocks\.(\d+)\.attn\.hook_{re.escape(name)}")
+
+
+def cache_maps(cache, name: str = "pattern") -> dict[int, Map]:
     """``{layer: cache["blocks.{layer}.attn.hook_{name}"]}`` for every layer the cache has.
 
     ``name``: ``pattern``, ``attn_scores``, ``view_1``, ``view_2``, or any other attention hook.
@@ -47,14 +58,14 @@ def cache_maps(cache, name: str = "pattern") -> dict[int, torch.Tensor]:
 
     A helper, no paper quantity.
     """
-    pattern = re.compile(rf"blocks\.(\d+)\.attn\.hook_{re.escape(name)}")
+    pattern = attention_hook(name)
     maps = {int(m.group(1)): cache[key] for key in cache.keys() if (m := pattern.fullmatch(key))}
     if not maps:
         raise KeyError(f"the cache has no 'blocks.*.attn.hook_{name}' (was it run with that hook cached?)")
     return dict(sorted(maps.items()))
 
 
-def by_layer(maps: Maps) -> dict[int, torch.Tensor]:
+def by_layer(maps: Maps) -> dict[int, Map]:
     """``Maps`` -> ``{layer: [batch, head, T, T]}``; a bare map is layer 0.
 
     A helper, no paper quantity.
@@ -77,7 +88,7 @@ def by_layer(maps: Maps) -> dict[int, torch.Tensor]:
     return layers
 
 
-def causal(n: int, device=None) -> torch.Tensor:
+def causal(n: int, device=None) -> Bool[Tensor, "query_pos key_pos"]:
     """``[query_pos, key_pos]`` bool, True where key j <= query i.
 
     A helper, no paper quantity.
@@ -85,7 +96,7 @@ def causal(n: int, device=None) -> torch.Tensor:
     return torch.ones(n, n, dtype=torch.bool, device=device).tril()
 
 
-def magnitudes(a: torch.Tensor) -> torch.Tensor:
+def magnitudes(a: Float[Tensor, "*batch query_pos key_pos"]) -> Float[Tensor, "*batch query_pos key_pos"]:
     """|A_ij| in float32 with the entries j > i set to 0: the paper's masked absolute weights.
 
     A helper of the TDA paper (``003_ffe354fecd74e1d6.txt``) Sec. 3 metrics.
@@ -93,7 +104,8 @@ def magnitudes(a: torch.Tensor) -> torch.Tensor:
     return a.float().abs().masked_fill(~causal(a.shape[-1], a.device), 0.0)
 
 
-def l1_normalised(a: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+def l1_normalised(a: Float[Tensor, "*batch query_pos key_pos"], eps: float = EPS
+                  ) -> Float[Tensor, "*batch query_pos key_pos"]:
     """:func:`magnitudes` over their row's l1 norm, ``|A_ij| / max(sum_{t <= i} |A_it|, eps)``: each
     row a distribution over its keys, an all-zero row left at 0.
 
@@ -103,7 +115,8 @@ def l1_normalised(a: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     return mag / mag.sum(-1, keepdim=True).clamp_min(eps)
 
 
-def zero_rows(a: torch.Tensor) -> torch.Tensor:
+def zero_rows(a: Float[Tensor, "*batch query_pos key_pos"]
+              ) -> Bool[Tensor, "*batch query_pos"]:
     """``[batch, head, query_pos]`` bool: rows whose causal entries are all exactly 0 (a query
     that attends to nothing: possible for rectified and thresholded mechanisms).
 
@@ -112,7 +125,7 @@ def zero_rows(a: torch.Tensor) -> torch.Tensor:
     return ~((a != 0) & causal(a.shape[-1], a.device)).any(-1)
 
 
-def metric_frame(maps: Maps, name: str, stats: Callable[[torch.Tensor], dict[str, torch.Tensor]],
+def metric_frame(maps: Maps, name: str, stats: Callable[[Map], dict[str, Shaped[Tensor, "head *position"]]],
                  position: str | None = None) -> pd.DataFrame:
     """Rows ``(layer, head[, position], metric, value, map, seq_len)`` from ``stats(a)``, which
     maps each metric to a ``[head]`` tensor, or ``[head, T]`` when ``position`` names the last axis."""
@@ -167,14 +180,15 @@ def sparsity(maps: Maps, name: str = "pattern") -> pd.DataFrame:
     return metric_frame(maps, name, stats)
 
 
-def effective_entropy(a: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+def effective_entropy(a: Float[Tensor, "*batch query_pos key_pos"], eps: float = EPS
+                      ) -> Float[Tensor, "*batch query_pos"]:
     """``[batch, head, query_pos]``: the Shannon entropy (nats) of the l1-normalised |weights|, TDA paper
     Sec. 3 ("Attention Dispersion", after Vasylenko et al. 2025), of any map (``hook_pattern``, a view)::
 
         p_ij = |a_ij| / max(||a_i||_1, eps),   H(a_i) = -sum_{j <= i} p_ij log max(p_ij, eps)
 
     A row that is all zero gets H = 0; the frames below exclude such rows (see :func:`zero_rows`).
-    The attention-sharpening regulariser (``interp.train_setup.sharpening_penalty``) is this
+    The attention-sharpening regulariser (``interp.training.loop.sharpening_penalty``) is this
     entropy, differentiated through thresholded maps full of exact zeros: the log of
     ``max(p, eps)`` has there the finite gradient ``log eps`` where ``xlogy(p, p)``'s would be
     NaN, and it differs from ``p log p`` only for ``0 < p < eps``, by at most ``eps / e`` per entry.
@@ -182,12 +196,12 @@ def effective_entropy(a: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     return shannon_entropy(l1_normalised(a, eps), eps)
 
 
-def shannon_entropy(p: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+def shannon_entropy(p: Float[Tensor, "*batch key_pos"], eps: float = EPS) -> Float[Tensor, "*batch"]:
     """``-sum_j p_j log max(p_j, eps)`` over the last axis of distributions ``p`` (nats)."""
     return -(p * p.clamp_min(eps).log()).sum(-1)
 
 
-def _entropy_by_position(a: torch.Tensor, eps: float):
+def _entropy_by_position(a: Map, eps: float):
     """Sum of H over the batch's non-zero rows, their count, and the zero-row count, ``[head, query_pos]``."""
     dead = zero_rows(a)
     H = effective_entropy(a, eps).masked_fill(dead, 0.0)
@@ -325,7 +339,8 @@ def survivor_counts(maps: Maps, name: str = "pattern") -> pd.DataFrame:
     return metric_frame(maps, name, stats)
 
 
-def survivor_scaling(maps_per_length: Iterable[Maps], name: str = "pattern") -> pd.DataFrame:
+def survivor_scaling(maps_per_length: Iterable[MapAnyLength | Mapping[int, MapAnyLength] | Sequence[MapAnyLength]],
+                     name: str = "pattern") -> pd.DataFrame:
     """Survivors per layer (mean over heads) at several context lengths (App. B.2, Fig. 4):
     the same model run on sequences of each length, one ``Maps`` per length. ``growth`` is the
     count relative to the shortest length, ``linear_reference`` = seq_len / shortest, the O(n)
@@ -391,7 +406,7 @@ def cross_view_correlation(view_1: Maps, view_2: Maps, name: str = "views") -> p
     return pd.DataFrame(rows)
 
 
-def paired_views(view_1: Maps, view_2: Maps) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+def paired_views(view_1: Maps, view_2: Maps) -> dict[int, tuple[Map, Map]]:
     """``{layer: (view 1, view 2)}``; the views must cover the same layers with the same shapes."""
     views_1, views_2 = by_layer(view_1), by_layer(view_2)
     if views_1.keys() != views_2.keys():
@@ -433,7 +448,7 @@ def gaussian_tail(k: float) -> float:
     return math.erfc(k / math.sqrt(2.0))
 
 
-def raw_logits(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+def raw_logits(q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batch pos head d_head"]) -> Map:
     """The raw logits of the TDA paper's App. B.1, ``s_ij = q_i . k_j / sqrt(d)`` (Sec. 3's S), as
     ``[batch, head, query_pos, key_pos]`` in float32, from queries and keys ``[batch, pos, head,
     d_head]`` before any normalisation: ``hook_q``/``hook_k`` (view 2: ``hook_q2``/``hook_k2``) with

@@ -19,8 +19,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
+from jaxtyping import Float, Integer
+from torch import Tensor, nn
 
-from interp.metrics.attention import cache_maps
+from interp.metrics.attention import Map, attention_hook
 
 DEFAULT_LENGTHS = (128, 256, 512, 1024, 2048)
 
@@ -30,9 +32,9 @@ class MissingHookError(ValueError):
 
 
 @torch.no_grad()
-def capture_maps(model, tokens: np.ndarray, names: Sequence[str],
-                 consume: Callable[[int, dict[str, torch.Tensor]], None] | None = None,
-                 ) -> tuple[torch.Tensor, dict[str, dict[int, torch.Tensor]]]:
+def capture_maps(model: nn.Module, tokens: Integer[np.ndarray, "batch pos"], names: Sequence[str],
+                 consume: Callable[[int, dict[str, Map]], None] | None = None,
+                 ) -> tuple[Float[Tensor, "batch pos d_vocab"], dict[str, dict[int, Map]]]:
     """Run ``model`` on ``tokens`` ``[batch, T]`` with hooks on every layer's
     ``blocks.{layer}.attn.hook_{name}`` for each name in ``names`` (``pattern``, ``attn_scores``,
     ``view_1``, ``mask``, ...). Returns the logits ``[batch, T, d_vocab]`` and ``{name: {layer:
@@ -46,11 +48,12 @@ def capture_maps(model, tokens: np.ndarray, names: Sequence[str],
     """
     hooks = {}       # {name: {layer: hook point}}
     for name in names:
-        try:
-            hooks[name] = cache_maps(model.hook_dict, name)    # the model's hooks, found as a cache's maps are
-        except KeyError:
-            raise MissingHookError(f"the {model.cfg.model} model has no blocks.*.attn.hook_{name}") from None
-    collected: dict[str, dict[int, torch.Tensor]] = {name: {} for name in names}
+        pattern = attention_hook(name)
+        hooks[name] = {int(m.group(1)): point for key, point in model.hook_dict.items()
+                       if (m := pattern.fullmatch(key))}
+        if not hooks[name]:
+            raise MissingHookError(f"the {model.cfg.model} model has no blocks.*.attn.hook_{name}")
+    collected: dict[str, dict[int, Map]] = {name: {} for name in names}
 
     def collect(layer, maps):
         for name, m in maps.items():
@@ -58,7 +61,7 @@ def capture_maps(model, tokens: np.ndarray, names: Sequence[str],
 
     consume = consume or collect
     expected = Counter(layer for at in hooks.values() for layer in at)
-    pending: dict[int, dict[str, torch.Tensor]] = defaultdict(dict)
+    pending: dict[int, dict[str, Map]] = defaultdict(dict)
 
     def keep(x, hook, layer, name):
         pending[layer][name] = x.detach()

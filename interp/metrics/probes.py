@@ -22,8 +22,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import torch
+from jaxtyping import Bool, Int, Integer
+from torch import Tensor
 
-from interp.metrics.attention import Maps, by_layer, metric_frame, causal
+from interp.metrics.attention import Map, Maps, by_layer, metric_frame, causal
 from interp.tasks.automaton import BOTTOM
 from interp.tasks.flipflop import D_VOCAB, IGNORE, ONE, VOCAB, WRITE, ZERO, last_write_positions, read_mask
 from interp.tasks.text import FlipFlopFormatError, check_tokens
@@ -34,6 +36,12 @@ from interp.tasks.text import FlipFlopFormatError, check_tokens
 # softmax spreads carriers everywhere (rope-mech, 70% right: 0.18 at 0.1, 0.35 at 0.02).
 MIN_CARRIER_SHARE = 0.1
 
+# Token ids of whole sequences; Predictions: the model's argmax, one position fewer (or as many)
+Tokens = Integer[np.ndarray, "batch pos"] | Integer[Tensor, "batch pos"]
+Predictions = Integer[np.ndarray, "batch _pos"] | Integer[Tensor, "batch _pos"]
+# The positions that hold their last write's bit (bit_carriers)
+Carriers = Bool[np.ndarray, "batch pos"]
+
 
 def _ids(x, name: str) -> np.ndarray:
     x = np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x)
@@ -42,7 +50,7 @@ def _ids(x, name: str) -> np.ndarray:
     return x.astype(np.int64)
 
 
-def read_table(tokens, predicted) -> pd.DataFrame:
+def read_table(tokens: Tokens, predicted: Predictions) -> pd.DataFrame:
     """One row per read of an evaluation: ``seq``, ``position`` (token index of the ``r``),
     ``write_pos`` (token index of the most recent ``w``), ``dependency_length`` =
     position - write_pos in tokens (2 x the number of instructions from the write to the
@@ -95,7 +103,7 @@ def read_table(tokens, predicted) -> pd.DataFrame:
     })
 
 
-def glitch_table(tokens, predicted) -> pd.DataFrame:
+def glitch_table(tokens: Tokens, predicted: Predictions) -> pd.DataFrame:
     """The wrong reads of :func:`read_table`: every glitch of an evaluation, one per row.
 
     Source: flip-flop paper (``002_cbc1a16af32b4280.txt``) Sec. 1 (an attention glitch is a wrong
@@ -106,7 +114,7 @@ def glitch_table(tokens, predicted) -> pd.DataFrame:
 
 
 def error_rate_by_dependency(reads: pd.DataFrame, by: str = "dependency_length",
-                             bins: Sequence[int] | None = None) -> pd.DataFrame:
+                             bins: Sequence[int] | Integer[np.ndarray, "edge"] | None = None) -> pd.DataFrame:
     """Error rate as a function of the dependency length (flip-flop paper Fig. 12 right),
     from a :func:`read_table` frame. Columns ``by`` (the length, or a bin's lower edge),
     ``n_reads``, ``n_errors``, ``error_rate`` = n_errors / n_reads. ``bins``: increasing
@@ -128,7 +136,7 @@ def error_rate_by_dependency(reads: pd.DataFrame, by: str = "dependency_length",
     return table
 
 
-def last_write_attention(maps: Maps, tokens) -> pd.DataFrame:
+def last_write_attention(maps: Maps, tokens: Tokens) -> pd.DataFrame:
     """The exact-write probe. For every read and head: the weight the head puts on the most recent
     write's own two tokens, at the read's query position (where the next bit is predicted). The
     "ideal" one-layer head of the flip-flop paper's Fig. 5c puts all of it there; a deeper model
@@ -187,7 +195,7 @@ def _per_head_means(table: pd.DataFrame, metrics: dict[str, str]) -> pd.DataFram
     return pd.concat(frames, ignore_index=True)[["layer", "head", "metric", "value"]]
 
 
-def bit_carriers_in_tokens(tokens) -> np.ndarray:
+def bit_carriers_in_tokens(tokens: Tokens) -> Carriers:
     """``[n, T]`` bool: the tokens that are the bit of their position's most recent write: the
     bit after that ``w``, and the bit after each ``r`` since (a read's bit repeats it). What
     holds the last write's bit at the input of layer 0. The ``w`` itself never does: under
@@ -203,7 +211,7 @@ def bit_carriers_in_tokens(tokens) -> np.ndarray:
     return (write_pos >= 0) & ((np.arange(tokens.shape[1]) == write_pos + 1) | after_read)
 
 
-def _segment(tokens: np.ndarray) -> torch.Tensor:
+def _segment(tokens: Integer[np.ndarray, "batch pos"]) -> Bool[Tensor, "batch query_pos key_pos"]:
     """``[n, query_pos, key_pos]`` bool: keys from the query's most recent write up to the query,
     the only keys that can hold that write's bit (older ones hold older bits)."""
     pos = torch.arange(tokens.shape[1])
@@ -211,8 +219,8 @@ def _segment(tokens: np.ndarray) -> torch.Tensor:
     return (pos[None, None, :] >= write_pos[:, :, None]) & (write_pos[:, :, None] >= 0) & causal(len(pos))
 
 
-def propagate_bit_carriers(pattern: torch.Tensor, tokens, carriers, min_share: float = MIN_CARRIER_SHARE
-                           ) -> np.ndarray:
+def propagate_bit_carriers(pattern: Map, tokens: Tokens, carriers: Carriers,
+                           min_share: float = MIN_CARRIER_SHARE) -> Carriers:
     """The carriers at the next layer's input: ``carriers`` ``[n, T]`` (those at this layer's
     input), plus every position where some head of ``pattern`` ``[batch, head, query_pos,
     key_pos]`` puts at least ``min_share`` of its excitatory (positive) weight on carriers of the
@@ -236,7 +244,7 @@ def propagate_bit_carriers(pattern: torch.Tensor, tokens, carriers, min_share: f
     return np.asarray(carriers) | takes.cpu().numpy()
 
 
-def bit_carriers(maps: Maps, tokens, min_share: float = MIN_CARRIER_SHARE) -> dict[int, np.ndarray]:
+def bit_carriers(maps: Maps, tokens: Tokens, min_share: float = MIN_CARRIER_SHARE) -> dict[int, Carriers]:
     """``{layer: [n, T] bool}``: the positions that hold their last write's bit at the input of
     each layer. Layer 0: :func:`bit_carriers_in_tokens`. Layer l > 0: those of layer l - 1 and
     the positions layer l - 1 moved the bit into (:func:`propagate_bit_carriers`), so the set
@@ -256,7 +264,7 @@ def bit_carriers(maps: Maps, tokens, min_share: float = MIN_CARRIER_SHARE) -> di
     return found
 
 
-def bit_carrier_attention(maps: Maps, tokens, carriers: dict[int, np.ndarray] | None = None,
+def bit_carrier_attention(maps: Maps, tokens: Tokens, carriers: dict[int, Carriers] | None = None,
                           min_share: float = MIN_CARRIER_SHARE) -> pd.DataFrame:
     """The bit-carrier probe. For every read and head: how much the head attends to positions
     that hold the read's last-write bit at that layer's input (:func:`bit_carriers`), at the
@@ -308,7 +316,7 @@ def bit_carrier_summary(table: pd.DataFrame) -> pd.DataFrame:
     return _per_head_means(table, {"carrier_weight": "bit_carrier_weight", "is_argmax": "bit_carrier_argmax_rate"})
 
 
-def automaton_write_positions(inputs) -> np.ndarray:
+def automaton_write_positions(inputs) -> Int[np.ndarray, "*batch pos"]:
     """For automaton inputs ``[..., T]``, the index of the most recent write (sigma_0 or sigma_1)
     at or before each position, ``-1`` before the first: the key the ideal head attends to.
 
@@ -320,7 +328,7 @@ def automaton_write_positions(inputs) -> np.ndarray:
     return np.maximum.accumulate(np.where(inputs != BOTTOM, pos, -1), axis=-1)
 
 
-def automaton_write_attention(maps: Maps, inputs) -> pd.DataFrame:
+def automaton_write_attention(maps: Maps, inputs: Tokens) -> pd.DataFrame:
     """Flip-flop automaton (Def. 1): for every position and head, the weight on the most recent
     write (sigma_0 or sigma_1) at or before it, where the ideal 1-layer head of the flip-flop
     paper's Fig. 5c / 16b puts all of it. Columns ``layer, seq, head, position, write_pos``,
@@ -370,7 +378,7 @@ def sharp_share(table: pd.DataFrame, threshold: float = 0.99) -> pd.DataFrame:
         share=lambda f: f.sharp / f.n)
 
 
-def mean_by_key_token(maps: Maps, tokens, name: str = "pattern") -> pd.DataFrame:
+def mean_by_key_token(maps: Maps, tokens: Tokens, name: str = "pattern") -> pd.DataFrame:
     """The mean of a map over the causal entries whose key is each flip-flop token (``w``, ``r``,
     ``i``, ``0``, ``1``), per layer and head: which tokens a head attends to, or which tokens a
     CoPE head counts when the map is its gates (CoPE paper Fig. 6). Column ``key_token``; NaN

@@ -27,22 +27,25 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 import torch
+from jaxtyping import Bool, Integer
+from torch import nn
 
+from interp.metrics.attention import Map
 from interp.metrics.capture import capture_maps
-from interp.metrics.probes import bit_carriers, bit_carriers_in_tokens
+from interp.metrics.probes import Carriers, Tokens, bit_carriers, bit_carriers_in_tokens
 from interp.tasks import IGNORE, READ, last_write_positions, read_mask, sample_ffl
 
-Maps = dict[int, torch.Tensor]
+Maps = dict[int, Map]
 
 
-def noise_keys(tokens: np.ndarray) -> np.ndarray:
+def noise_keys(tokens: Integer[np.ndarray, "batch pos"]) -> Bool[np.ndarray, "batch pos"]:
     """``[batch, T]`` bool: the instruction tokens ``i`` and ``r``, the keys no read needs."""
     positions = np.arange(tokens.shape[1])
     return (positions % 2 == 0) & np.isin(tokens, (IGNORE, READ))
 
 
-def spurious_survivors(view_1: Maps, tokens: np.ndarray, view_2: Maps | None = None,
-                       carriers: dict[int, np.ndarray] | None = None) -> pd.DataFrame:
+def spurious_survivors(view_1: Maps, tokens: Tokens, view_2: Maps | None = None,
+                       carriers: dict[int, Carriers] | None = None) -> pd.DataFrame:
     """For every read and head of every layer: ``S``, the noise keys before the read that survive
     view 1 (Theorem 4.3's ``S_i``), and with ``view_2`` also ``S_2`` (the same in view 2) and
     ``C``, those surviving both views (Theorem 4.6's ``C_i``); ``S_carrier``, the carrier keys
@@ -80,7 +83,7 @@ def spurious_survivors(view_1: Maps, tokens: np.ndarray, view_2: Maps | None = N
 
 
 @contextmanager
-def threshold_kappa(model, kappa: float):
+def threshold_kappa(model: nn.Module, kappa: float):
     """Every threshold layer of ``model`` evaluated with ``kappa`` (eq. 1's expected number of
     spurious survivors), restored afterwards; the weights are untouched."""
     from models.attention.tda import ThresholdAttention
@@ -98,7 +101,7 @@ def threshold_kappa(model, kappa: float):
             layer.options = options
 
 
-def survivor_theorems(model, lengths: Iterable[int] = (128, 256, 512, 1024, 2048),
+def survivor_theorems(model: nn.Module, lengths: Iterable[int] = (128, 256, 512, 1024, 2048),
                       kappas: Iterable[float] = (0.25, 1.0, 4.0), reads: int = 400, seed: int = 0,
                       batch_tokens: int = 4096) -> pd.DataFrame:
     """Theorems 4.3 and 4.6 on ``model`` (trela or TDA): for each length T and kappa, FFL(0.8)

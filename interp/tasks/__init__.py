@@ -17,4 +17,5 @@ from interp.tasks.text import (
     FlipFlopFormatError, format_sequence, parse_sequence, parse_sequences,
     check_tokens, read_sequences, validate, write_sequences,
 )
-from interp.tasks.registry import Task, TaskSplit, get_task, register_task, task_names
+from interp.tasks.registry import get_task, register_task, task_names
+from interp.tasks.task import Task, TaskSplit

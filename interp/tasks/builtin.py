@@ -1,4 +1,4 @@
-"""Flip-flop and the automaton as :class:`interp.tasks.registry.Task`\\ s: thin wrappers over
+"""Flip-flop and the automaton as :class:`interp.tasks.task.Task`\\ s: thin wrappers over
 :mod:`interp.tasks.flipflop` and :mod:`interp.tasks.automaton`, whose generators, canonical splits
 (seeds, sizes, published read counts) and read masks they call unchanged."""
 
@@ -11,7 +11,7 @@ from interp.tasks.flipflop import (
     CANONICAL_SEQ_LEN, ONE, READ, SPLITS, TRAIN_P_I, VOCAB, WRITE, ZERO, last_write_positions, load_split, read_mask,
     sample_ffl,
 )
-from interp.tasks.registry import Task, TaskSplit, register_task
+from interp.tasks.task import Task, TaskSplit
 
 # The seed of the automaton's evaluation sequences (``glitchlens eval`` of an automaton checkpoint).
 AUTOMATON_EVAL_SEED = 52001
@@ -76,5 +76,4 @@ class AutomatonTask(Task):
         return np.maximum.accumulate(np.where(tokens != BOTTOM, pos, -1), axis=-1)
 
 
-register_task(FlipFlopTask())
-register_task(AutomatonTask())
+TASKS = (FlipFlopTask(), AutomatonTask())   # registered by interp.tasks.registry

@@ -1,4 +1,4 @@
-"""``glitchlens check-task``: does a task keep the contract of :class:`interp.tasks.registry.Task`?
+"""``glitchlens check-task``: does a task keep the contract of :class:`interp.tasks.task.Task`?
 
 Each check draws a few sequences of the task (from every split, and a training batch), so that a
 task is checked in about a second. The checks:
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from interp.tasks.registry import Task
+from interp.tasks.task import Task
 
 SEQUENCES = 4
 MAX_ANSWERS = 200

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from interp.tasks.flipflop import check_draw_size
-from interp.tasks.registry import Task, TaskSplit, register_task
+from interp.tasks.task import Task, TaskSplit
 
 VARIABLES = ("a", "b", "c", "d", "e")
 MAX_VALUE = 10
@@ -113,5 +113,4 @@ class CountingTask(Task):
         return found
 
 
-for _n_vars in (1, 3, 5):
-    register_task(CountingTask(_n_vars))
+TASKS = tuple(CountingTask(n_vars) for n_vars in (1, 3, 5))   # registered by interp.tasks.registry

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from interp.tasks.flipflop import check_draw_size
-from interp.tasks.registry import Task, TaskSplit, register_task
+from interp.tasks.task import Task, TaskSplit
 
 N_LETTERS = 14
 BLANK, SEPARATOR = N_LETTERS, N_LETTERS + 1
@@ -89,4 +89,4 @@ class SelectiveCopyTask(Task):
         return found
 
 
-register_task(SelectiveCopyTask())
+TASKS = (SelectiveCopyTask(),)   # registered by interp.tasks.registry

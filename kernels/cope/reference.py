@@ -6,12 +6,15 @@ The choices where the paper is loose are documented there."""
 from __future__ import annotations
 
 import torch
+from jaxtyping import Float
+from torch import Tensor
 
 from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products,
                             suffix_sum, through, upcast)
 
 
-def interpolate(q: torch.Tensor, p: torch.Tensor, pos_emb: torch.Tensor) -> torch.Tensor:
+def interpolate(q: Float[Tensor, "batch query_pos head d_head"], p: Float[Tensor, "batch head query_pos key_pos"],
+                pos_emb: Float[Tensor, "p_max d_head"]) -> Float[Tensor, "batch head query_pos key_pos"]:
     """z_i[p_ij] ``[batch, head, query_pos, key_pos]`` from q, positions p and the position
     embeddings ``pos_emb [p_max, d_head]`` (eq. 7-8)."""
     z_int = torch.einsum("bqhd,pd->bhqp", upcast(q), upcast(pos_emb))  # eq. 7
@@ -20,7 +23,10 @@ def interpolate(q: torch.Tensor, p: torch.Tensor, pos_emb: torch.Tensor) -> torc
     return z_int.gather(-1, p_ceil.long()) * w + z_int.gather(-1, p_floor.long()) * (1 - w)  # eq. 8
 
 
-def cope_reference(q, k, v, pos_emb, k_gate=None, hooks: Hooks = NO_HOOKS, drop_logits=no_dropout) -> torch.Tensor:
+def cope_reference(q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batch pos head d_head"],
+                   v: Float[Tensor, "batch pos head d_head"],
+                   pos_emb: Float[Tensor, "p_max d_head"], k_gate: Float[Tensor, "batch pos head d_head"] | None = None,
+                   hooks: Hooks = NO_HOOKS, drop_logits=no_dropout) -> Float[Tensor, "batch pos head d_head"]:
     """``q, k, v [batch, pos, head, d_head]`` and ``pos_emb [p_max, d_head]`` -> ``z``; the gates
     come from ``k_gate`` when given (``sep_keys``), else from S. Every ``[query, key]`` tensor
     passes through the hook of its name (``models.attention.cope``)."""

@@ -6,12 +6,17 @@ full ``[query, key]`` matrices."""
 from __future__ import annotations
 
 import torch
+from jaxtyping import Float
+from torch import Tensor
 
 from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_scores, through,
                             upcast)
 
 
-def forgetting_reference(q, k, v, log_f, hooks: Hooks = NO_HOOKS, drop_logits=no_dropout) -> torch.Tensor:
+def forgetting_reference(q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batch pos head d_head"],
+                         v: Float[Tensor, "batch pos head d_head"],
+                         log_f: Float[Tensor, "batch head pos"], hooks: Hooks = NO_HOOKS,
+                         drop_logits=no_dropout) -> Float[Tensor, "batch pos head d_head"]:
     """``q, k, v [batch, pos, head, d_head]`` and ``log_f [batch, head, pos]`` -> ``z [batch,
     pos, head, d_head]``: ``softmax(S + D) V`` with ``D_ij = sum_{l=j+1..i} log f_l``; scores,
     bias and softmax in float32, each through the hook of its name (``models.attention.fot``)."""

@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor
 
 from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, causal_mask, check_map_size, no_dropout, threshold, through,
                             upcast)
+
+# beta and lambda: one per layer, or one per head
+PerHead = Float[Tensor, ""] | Float[Tensor, "head"]
 
 
 def unscaled_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -46,8 +51,9 @@ def tau_of(q, beta, kappa, hooks: Hooks) -> torch.Tensor:
     return through(hooks, "hook_threshold", threshold(T, D, beta, kappa).expand(B, H, T))
 
 
-def threshold_reference(q, k, v, beta, kappa=1.0, p: float = 2.0, hooks: Hooks = NO_HOOKS,
-                        drop_logits=no_dropout) -> torch.Tensor:
+def threshold_reference(q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batch pos head d_head"],
+                        v: Float[Tensor, "batch pos head d_head"], beta: PerHead, kappa=1.0, p: float = 2.0,
+                        hooks: Hooks = NO_HOOKS, drop_logits=no_dropout) -> Float[Tensor, "batch pos head d_head"]:
     """trela (Sec. 4.1): ``sum_j (s_ij - tau_i)_+^p v_j`` from unit ``q, k [batch, pos, head,
     d_head]``, v and beta (a tensor: one per layer, or one per head)."""
     mask = causal_mask(q.shape[1], k.shape[1], q.device)
@@ -58,8 +64,13 @@ def threshold_reference(q, k, v, beta, kappa=1.0, p: float = 2.0, hooks: Hooks =
     return aggregate(A, v)
 
 
-def differential_threshold_reference(q1, k1, q2, k2, v, beta, lam, kappa=1.0, p: float = 2.0,
-                                     hooks: Hooks = NO_HOOKS, drop_logits=no_dropout) -> torch.Tensor:
+def differential_threshold_reference(q1: Float[Tensor, "batch pos head d_head"],
+                                     k1: Float[Tensor, "batch pos head d_head"],
+                                     q2: Float[Tensor, "batch pos head d_head"],
+                                     k2: Float[Tensor, "batch pos head d_head"],
+                                     v: Float[Tensor, "batch pos head d_head"], beta: PerHead, lam: PerHead,
+                                     kappa=1.0, p: float = 2.0, hooks: Hooks = NO_HOOKS,
+                                     drop_logits=no_dropout) -> Float[Tensor, "batch pos head d_head"]:
     """TDA (Sec. 4.2): ``sum_j (a1_ij - lam a2_ij) v_j``, the two views sharing tau, p and V,
     with ``lam`` the inhibition strength (a tensor: one per layer, or one per head)."""
     mask = causal_mask(q1.shape[1], k1.shape[1], q1.device)

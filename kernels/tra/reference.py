@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor
 
 from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_scores,
                             suffix_sum, through, upcast)
 
 
-def contextual_distance(M: torch.Tensor) -> torch.Tensor:
+def contextual_distance(M: Float[Tensor, "*batch query_pos key_pos"]) -> Float[Tensor, "*batch query_pos key_pos"]:
     """D-bar (eq. 6-7): ``D_bar_ij = sum_{k >= j} M_ik``, shown as 0 where ``M_ij = 0``.
 
     ``M [..., query_pos, key_pos]`` (0/1 floats, future keys already 0) -> same shape. The
@@ -22,7 +24,10 @@ def contextual_distance(M: torch.Tensor) -> torch.Tensor:
     return suffix_sum(M) * M
 
 
-def tra_reference(q, k, v, log_delta, hooks: Hooks = NO_HOOKS, drop_logits=no_dropout) -> torch.Tensor:
+def tra_reference(q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batch pos head d_head"],
+                  v: Float[Tensor, "batch pos head d_head"],
+                  log_delta: Float[Tensor, "batch head pos"], hooks: Hooks = NO_HOOKS,
+                  drop_logits=no_dropout) -> Float[Tensor, "batch pos head d_head"]:
     """``q, k, v [batch, pos, head, d_head]`` (q, k already normalised or rotated) and
     ``log_delta [batch, head, pos]`` -> ``z [batch, pos, head, d_head]``, every ``[query, key]``
     tensor in float32 and passed through the hook of its name (``models.attention.tra``

@@ -5,14 +5,20 @@ residual stream ``[batch, pos, d_model]`` to its contribution ``[batch, pos, d_m
 It owns its projections (stored per head in TransformerLens's shapes) and its hook
 points. Every mechanism exposes at least
 
-- ``hook_q``, ``hook_k``, ``hook_v``: ``[batch, pos, head, d_head]``
+- ``hook_q``: the queries q_i, the block input through ``W_Q`` per head, ``[batch, pos, head,
+  d_head]``, before the mechanism's own normalisation or rotation
+- ``hook_k``: the keys k_j, the block input through ``W_K`` per head, ``[batch, pos, head,
+  d_head]``, before the mechanism's own normalisation or rotation
+- ``hook_v``: the values v_j, the block input through ``W_V`` per head, ``[batch, pos, head, d_head]``
 - ``hook_attn_scores``: the score matrix S the mechanism uses, ``[batch, head, query_pos, key_pos]``
   (the content term alone: no positional term, no mask)
 - ``hook_attn_logits``: what the normalisation reads (softmax, or the rectifier of the
   threshold mechanisms), the positional terms added and masked keys at ``MASK_FILL``:
   TransformerLens's ``hook_attn_scores``, same shape
 - ``hook_pattern``: the weights actually applied to V (signed for differential mechanisms)
-- ``hook_z``: ``[batch, pos, head, d_head]``
+- ``hook_z``: each head's output before ``W_O``, ``z_i = sum_j A_ij v_j`` ``[batch, pos, head,
+  d_head]`` with A the applied weights (then RMS-normalised for trela and TDA, and for Diff also
+  scaled by ``1 - lambda_init``)
 - ``hook_result``: each head's output ``z @ W_O``, ``[batch, pos, head, d_model]``, computed
   only while ``cfg.use_attn_result`` is set (TransformerLens's switch, as there)
 
@@ -40,7 +46,8 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from jaxtyping import Float, Int
+from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from kernels.common import interpreting, upcast
@@ -144,18 +151,19 @@ class Attention(nn.Module):
             setattr(self, name, HookPoint())
 
     @staticmethod
-    def project(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    def project(x: Float[Tensor, "batch pos d_model"], W: Float[Tensor, "head d_model d"]
+                ) -> Float[Tensor, "batch pos head d"]:
         """``[batch, pos, d_model] x [head, d_model, d] -> [batch, pos, head, d]``."""
         return torch.einsum("bpm,hmd->bphd", x, W)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         q = self.hook_q(self.project(x, self.W_Q))
         k = self.hook_k(self.project(x, self.W_K))
         v = self.hook_v(self.project(x, self.W_V))
         z = self.hook_z(self.attend(q, k, v, x))
         return self.output(z)
 
-    def output(self, z: torch.Tensor) -> torch.Tensor:
+    def output(self, z: Float[Tensor, "batch query_pos head d_head"]) -> Float[Tensor, "batch query_pos d_model"]:
         """``z [batch, pos, head, d_head]`` through ``W_O`` (and ``b_O``): ``[batch, pos, d_model]``;
         with ``cfg.use_attn_result`` as the sum of the heads' outputs at ``hook_result``."""
         if self.cfg.use_attn_result:
@@ -164,7 +172,8 @@ class Attention(nn.Module):
             out = torch.einsum("bphd,hdm->bpm", z, self.W_O)
         return out if self.b_O is None else out + self.b_O
 
-    def forward_at(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward_at(self, x: Float[Tensor, "batch pos d_model"], positions: Int[Tensor, "batch query_pos"]
+                   ) -> Float[Tensor, "batch query_pos d_model"]:
         """``forward(x)`` at the queries at ``positions [batch, n]`` only: ``[batch, n, d_model]``.
 
         q, k, v (and gates) are computed at every position, as keys need them and the
@@ -177,9 +186,13 @@ class Attention(nn.Module):
         q, k, v = (self.project(x, W) for W in (self.W_Q, self.W_K, self.W_V))
         return self.output(self.attend(q, k, v, x, positions))
 
-    def attend(self, q, k, v, x, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """``z [batch, pos, head, d_head]``, or with query ``positions [batch, n]`` (from
-        :meth:`forward_at`) ``z [batch, n, head, d_head]`` through :meth:`core`."""
+    def attend(self, q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batch pos head d_head"],
+               v: Float[Tensor, "batch pos head d_head"], x: Float[Tensor, "batch pos d_model"],
+               positions: Int[Tensor, "batch query_pos"] | None = None
+               ) -> Float[Tensor, "batch query_pos head d_head"]:
+        """``z`` at every position (``query_pos`` = ``pos``), or with query ``positions`` (from
+        :meth:`forward_at`) at those only, through :meth:`core`; ``x`` is the block input, which
+        gates and second views are read from."""
         raise NotImplementedError
 
     def drops_logits(self) -> bool:

@@ -43,7 +43,8 @@ import math
 from dataclasses import dataclass
 
 import torch
-from torch import nn
+from jaxtyping import Float, Int
+from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from kernels.cope.reference import cope_reference
@@ -88,6 +89,9 @@ class CoPEAttention(Attention):
     def core_options(self) -> dict:
         return {"pos_emb": self.pos_emb}
 
-    def attend(self, q, k, v, x, positions=None):
+    def attend(self, q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batch pos head d_head"],
+               v: Float[Tensor, "batch pos head d_head"], x: Float[Tensor, "batch pos d_model"],
+               positions: Int[Tensor, "batch query_pos"] | None = None
+               ) -> Float[Tensor, "batch query_pos head d_head"]:
         gate_keys = {"k_gate": self.hook_k_gate(self.project(x, self.W_G))} if self.options.sep_keys else {}
         return self.core(self.implementation(q.device), positions)(q, k, v, **gate_keys)

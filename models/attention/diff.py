@@ -57,7 +57,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from jaxtyping import Float, Int
+from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from kernels import native
@@ -75,7 +76,10 @@ def lambda_init_fn(layer: int) -> float:
     return 0.8 - 0.6 * math.exp(-0.3 * layer)
 
 
-def diff_reference(q1, k1, q2, k2, v, lam, hooks: Hooks = NO_HOOKS, drop_logits=no_dropout) -> torch.Tensor:
+def diff_reference(q1: Float[Tensor, "batch pos head d_view"], k1: Float[Tensor, "batch pos head d_view"],
+                   q2: Float[Tensor, "batch pos head d_view"], k2: Float[Tensor, "batch pos head d_view"],
+                   v: Float[Tensor, "batch pos head d_head"], lam: Float[Tensor, ""], hooks: Hooks = NO_HOOKS,
+                   drop_logits=no_dropout) -> Float[Tensor, "batch pos head d_head"]:
     """``(A^(1) - lambda A^(2)) V`` (eq. 1) from each view's (rotated) q and k ``[batch, pos,
     head, d_head / 2]``, ``v [batch, pos, head, d_head]`` and ``lam`` (one per layer), every map
     through the hook of its name."""
@@ -128,13 +132,19 @@ class DiffOptions:
 
 @register("diff")
 class DiffAttention(Attention):
-    """Extra hooks (``[batch, head, query_pos, key_pos]`` unless stated):
-    ``hook_scores_1``, ``hook_scores_2`` (each view's S, ``hook_attn_scores`` is view 1's, and
-    ``hook_attn_logits`` view 1's with the future keys at the fill),
-    ``hook_view_1``, ``hook_view_2`` (the two softmax maps), ``hook_lambda`` ``[batch, head]``
-    (one value per layer, expanded so every hook has a batch axis).
-    ``hook_pattern`` is the signed ``A^(1) - lambda A^(2)``; ``hook_z`` is the normalised,
-    ``(1 - lambda_init)``-scaled head output.
+    """Extra hooks, ``[batch, head, query_pos, key_pos]`` unless stated:
+
+    - ``hook_scores_1``: view 1's scores ``Q_1 K_1^T / sqrt(d_head / 2)`` (Ye et al. eq. 1;
+      the same tensor as ``hook_attn_scores``)
+    - ``hook_scores_2``: view 2's scores ``Q_2 K_2^T / sqrt(d_head / 2)`` (eq. 1)
+    - ``hook_view_1``: A^(1), the softmax of view 1's scores (eq. 1)
+    - ``hook_view_2``: A^(2), the softmax of view 2's scores (eq. 1)
+    - ``hook_lambda``: lambda (eq. 2), ``[batch, head]``, one value per layer expanded so that
+      every hook has a batch axis
+
+    ``hook_attn_logits`` is view 1's scores with the future keys at the fill, ``hook_pattern``
+    the signed ``A^(1) - lambda A^(2)``, and ``hook_z`` the head output RMS-normalised and
+    scaled by ``(1 - lambda_init)`` (eq. 3).
 
     lambda = exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init, with one set of vectors
     ``lambda_q1, lambda_k1, lambda_q2, lambda_k2`` ``[d_head / 2]`` per layer, shared by
@@ -174,7 +184,10 @@ class DiffAttention(Attention):
         return (torch.exp(self.lambda_q1 @ self.lambda_k1) - torch.exp(self.lambda_q2 @ self.lambda_k2)
                 + self.lambda_init)
 
-    def attend(self, q, k, v, x, positions=None):
+    def attend(self, q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batch pos head d_head"],
+               v: Float[Tensor, "batch pos head d_head"], x: Float[Tensor, "batch pos d_model"],
+               positions: Int[Tensor, "batch query_pos"] | None = None
+               ) -> Float[Tensor, "batch query_pos head d_head"]:
         q1, q2 = (self.rotate(t) for t in q.chunk(2, dim=-1))
         k1, k2 = (self.rotate(t) for t in k.chunk(2, dim=-1))
         z = self.core(self.implementation(v.device, q, k, v), positions)(q1, k1, q2, k2, v, self.lam())

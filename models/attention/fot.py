@@ -40,7 +40,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from jaxtyping import Float, Int
+from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from kernels.common import upcast
@@ -56,9 +57,10 @@ class ForgetGated(Attention):
     ``W_f`` ``[head, d_model]`` (initialised like the other projections, so the gate logit
     starts near ``N(b, 1)``) and ``b_f`` ``[head]`` initialised to ``options.forget_bias``.
 
-    Hook ``hook_forget``: the gate itself, ``[batch, head, pos]``. The mechanisms use its
+    The gate ``[batch, head, pos]`` passes through a hook point that each subclass names in
+    its paper's terms (``hook_forget``). The mechanisms use its
     log, computed as ``logsigmoid`` in float32 (autocast off) so that a saturated gate
-    neither rounds to 1 nor underflows to 0. While ``hook_forget`` has hooks the log is
+    neither rounds to 1 nor underflows to 0. While that hook point has hooks the log is
     read back from the hooked gate instead, so that edits take effect; that differs from
     ``logsigmoid`` only for gate logits beyond about +-17 (and a gate edited to 0 is read
     as the smallest normal float32, so its log stays finite).
@@ -90,7 +92,8 @@ class FoTOptions:
 class FoTAttention(ForgetGated):
     """Forgetting attention: ``A = softmax(S + D)`` with ``D_ij = sum_{l=j+1..i} log f_l``.
 
-    Hooks (besides the common ones): ``hook_forget`` f ``[batch, head, pos]`` and
+    Hooks (besides the common ones): ``hook_forget`` f_t, the FoT paper's forget gate
+    ``sigmoid(w^T x_t + b)`` ``[batch, head, pos]``, and
     ``hook_decay_bias`` D ``[batch, head, query_pos, key_pos]``, added to S after its
     ``1/sqrt(d_head)`` scaling (``hook_attn_logits`` is S + D, future keys at the fill). D is a
     difference of one float32 cumulative sum of log f, hence exactly zero on the diagonal; its
@@ -107,7 +110,10 @@ class FoTAttention(ForgetGated):
         super().__init__(cfg, layer)
         self.hook_decay_bias = HookPoint()
 
-    def attend(self, q, k, v, x, positions=None):
+    def attend(self, q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batch pos head d_head"],
+               v: Float[Tensor, "batch pos head d_head"], x: Float[Tensor, "batch pos d_model"],
+               positions: Int[Tensor, "batch query_pos"] | None = None
+               ) -> Float[Tensor, "batch query_pos head d_head"]:
         if self.options.rope:
             q, k = apply_rope(q), apply_rope(k)
         log_f = self.log_forget(x)

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from jaxtyping import Float, Int
+from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from kernels import native
@@ -33,7 +34,10 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     return torch.tensor([2.0 ** (-8.0 * h / n_heads) for h in range(1, n_heads + 1)])
 
 
-def softmax_reference(q, k, v, D=None, hooks: Hooks = NO_HOOKS, drop_logits=no_dropout) -> torch.Tensor:
+def softmax_reference(q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batch pos head d_head"],
+                      v: Float[Tensor, "batch pos head d_head"],
+                      D: Float[Tensor, "batch head query_pos key_pos"] | None = None, hooks: Hooks = NO_HOOKS,
+                      drop_logits=no_dropout) -> Float[Tensor, "batch pos head d_head"]:
     """``A = softmax(S + D)`` (eq. 1-2) applied to v, from ``q, k, v [batch, pos, head, d_head]``
     and the positional bias ``D [batch, head, query_pos, key_pos]`` (None: no bias); S, the
     logits and A through the hooks of their names."""
@@ -114,7 +118,10 @@ class SoftmaxAttention(Attention):
             D = -self.slopes[:, None, None] * distance.float()
         return self.hook_pos_bias(D.expand(batch, -1, -1, -1))
 
-    def attend(self, q, k, v, x, positions=None):
+    def attend(self, q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batch pos head d_head"],
+               v: Float[Tensor, "batch pos head d_head"], x: Float[Tensor, "batch pos d_model"],
+               positions: Int[Tensor, "batch query_pos"] | None = None
+               ) -> Float[Tensor, "batch query_pos head d_head"]:
         if self.options.rope:
             q, k = apply_rope(q), apply_rope(k)
         D = self.position_bias(q.shape[0], q.shape[1], q.device)

@@ -64,7 +64,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from jaxtyping import Float, Int
+from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from kernels.common import upcast
@@ -90,11 +91,17 @@ class TDAOptions(ThresholdOptions):
 
 class ThresholdAttention(Attention):
     """What ``trela`` and ``tda`` share: the learned beta, the threshold, the rectifier,
-    the q/k normalisation and the output norm. Hooks: ``hook_scores_1`` (S of view 1, also
-    ``hook_attn_scores``), ``hook_threshold`` (tau ``[batch, head, query_pos]``, the same
-    for every batch row and head since beta is per layer, shaped like the other per-query
-    hooks), ``hook_attn_logits`` (view 1's ``s_ij - tau_i``, future keys at the fill: what the
-    rectifier reads), ``hook_view_1`` (the rectified view ``[batch, head, query_pos, key_pos]``)."""
+    the q/k normalisation and the output norm. Hooks:
+
+    - ``hook_scores_1``: the cosine scores ``s_ij = <q~_i, k~_j>`` of view 1 (Sec. 4.1; the same
+      tensor as ``hook_attn_scores``)
+    - ``hook_threshold``: tau_i (eq. 1) ``[batch, head, query_pos]``, the same for every batch
+      row and head since beta is per layer, shaped like the other per-query hooks
+    - ``hook_view_1``: the rectified view ``a_ij = (s_ij - tau_i)_+^p`` (Sec. 4.1; a^(1) of TDA)
+      ``[batch, head, query_pos, key_pos]``
+
+    ``hook_attn_logits`` is view 1's ``s_ij - tau_i`` with the future keys at the fill: what
+    the rectifier reads."""
 
     Options = ThresholdOptions
 
@@ -121,7 +128,10 @@ class ThresholdAttention(Attention):
         """The raw per-view queries and keys, in the core's argument order."""
         return [q, k]
 
-    def attend(self, q, k, v, x, positions=None):
+    def attend(self, q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batch pos head d_head"],
+               v: Float[Tensor, "batch pos head d_head"], x: Float[Tensor, "batch pos d_model"],
+               positions: Int[Tensor, "batch query_pos"] | None = None
+               ) -> Float[Tensor, "batch query_pos head d_head"]:
         views = [self.unit(t) for t in self.view_inputs(q, k, x)]
         z = self.core(self.implementation(v.device), positions)(*views, v)
         return rms_normalise(z, OUTPUT_NORM_EPS)
@@ -144,10 +154,16 @@ class TRelAAttention(ThresholdAttention):
 @register("tda")
 class TDAAttention(ThresholdAttention):
     """Threshold Differential Attention (TDA paper Sec. 4.2). View 1 uses ``W_Q, W_K``
-    (hooks ``hook_q``, ``hook_k``); view 2 its own ``W_Q2, W_K2`` (hooks ``hook_q2``,
-    ``hook_k2``); V is shared. Extra hooks: ``hook_scores_2``, ``hook_view_2``,
-    ``hook_lambda`` (``[batch, head]``, one value per layer); ``hook_pattern`` is the
-    signed ``Delta a = a^(1) - lambda a^(2)``."""
+    (hooks ``hook_q``, ``hook_k``), view 2 its own ``W_Q2, W_K2``; V is shared. Extra hooks:
+
+    - ``hook_q2``: view 2's queries (``W_Q2``) ``[batch, pos, head, d_head]``, before RoPE and
+      the L2 normalisation
+    - ``hook_k2``: view 2's keys (``W_K2``), before RoPE and the L2 normalisation
+    - ``hook_scores_2``: view 2's cosine scores ``s^(2)_ij``
+    - ``hook_view_2``: a^(2), view 2 rectified against the same threshold tau_i
+    - ``hook_lambda``: lambda ``[batch, head]``, one value per layer
+
+    ``hook_pattern`` is the signed ``Delta a = a^(1) - lambda a^(2)``."""
 
     Options = TDAOptions
     IMPLEMENTATIONS = {"reference": differential_threshold_reference, "rows": differential_threshold_rows,

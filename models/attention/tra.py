@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jaxtyping import Float, Int
+from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 
 from kernels.tra.reference import tra_reference
@@ -36,8 +38,8 @@ class TRAAttention(ForgetGated):
 
     Hooks, all ``[batch, head, query_pos, key_pos]`` float32 unless noted:
     ``hook_attn_scores`` S (eq. 1), ``hook_thresholded`` S' (eq. 3), ``hook_mask`` M
-    (eq. 4, 0/1), ``hook_dbar`` D-bar (eq. 6-7), ``hook_forget`` delta
-    ``[batch, head, query_pos]`` (eq. 8), ``hook_log_decay`` ``D_bar * log delta_i``
+    (eq. 4, 0/1), ``hook_dbar`` D-bar (eq. 6-7), ``hook_forget`` delta, the per-query
+    forget gate ``[batch, head, query_pos]`` (eq. 8), ``hook_log_decay`` ``D_bar * log delta_i``
     (= log D', eq. 9), ``hook_attn_logits`` A-bar (eq. 10-11), ``hook_pattern`` A' (eq. 12).
 
     Choices where the paper is silent:
@@ -74,7 +76,10 @@ class TRAAttention(ForgetGated):
         self.hook_dbar = HookPoint()
         self.hook_log_decay = HookPoint()
 
-    def attend(self, q, k, v, x, positions=None):
+    def attend(self, q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batch pos head d_head"],
+               v: Float[Tensor, "batch pos head d_head"], x: Float[Tensor, "batch pos d_model"],
+               positions: Int[Tensor, "batch query_pos"] | None = None
+               ) -> Float[Tensor, "batch query_pos head d_head"]:
         if self.options.qk_norm:
             q, k = rms_normalise(q), rms_normalise(k)
         if self.options.rope:

@@ -1,0 +1,15 @@
+"""The papers' experiments run end to end: ``glitchlens reproduce`` and ``glitchlens pretrained``.
+
+- :mod:`interp.studies.specimens`: every trained model the project names, in one place (the
+  pretrained entries' names, descriptions and how each is trained);
+- :mod:`interp.studies.pretrained`: building and listing the pretrained entries;
+- :mod:`interp.studies.reproduce`: Table 1 and the recipe comparison, and the train-and-evaluate
+  step every study run shares;
+- :mod:`interp.studies.registry`: the claim studies (``reproduce app-a``, ``tda-threshold``, ...),
+  their runs, rules and summaries;
+- :mod:`interp.studies.cope_tasks`: the CoPE paper's counting and selective-copy study;
+- :mod:`interp.studies.sweeps`: running a study's runs in parallel, here or on Ray.
+
+Nothing is imported here, so that listing the entries (``glitchlens pretrained``) does not
+import torch.
+"""

@@ -1,0 +1,199 @@
+"""Running the runs of a sweep: ``jobs`` at a time on this machine, or as tasks on a Ray cluster.
+
+Either way each run is ``function(*args)`` in a process of its own, the results come back in the
+order of the runs, and a run that raises loses no other: the sweep goes on, and after its last run
+:class:`SweepFailed` names the runs that failed. Runs write their outputs themselves, so on a
+cluster of more than one machine they must write to a filesystem that every node mounts at the
+same path, and every node needs this project installed.
+
+Ray addresses are ``ray.init``'s: ``local`` starts a Ray instance on this machine with ``jobs``
+CPUs for the sweep; ``auto`` joins the cluster this machine is a node of (``ray start``);
+``host:6379`` is a cluster's head node, reached from one of its nodes; ``ray://host:10001`` is a
+cluster's head node through the Ray Client, from a machine outside the cluster.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import closing, contextmanager, suppress
+
+from tqdm import tqdm
+
+RAY_MISSING = "Ray is not installed; install the ray extra: pip install -e '.[ray]'"
+
+
+class SweepFailed(RuntimeError):
+    """Some runs of a sweep raised; every other run finished."""
+
+    def __init__(self, failures: dict[str, BaseException], runs: int):
+        self.failures = failures
+        listing = "; ".join(f"{name}: {type(err).__name__}: {err}" for name, err in failures.items())
+        super().__init__(f"{len(failures)} of {runs} runs failed ({listing}); the other runs finished")
+
+
+SHOW_PROGRESS = True   # the bar over the runs of :func:`run_all`, on stderr; `glitchlens reproduce --quiet` clears it
+
+
+def run_all(function: Callable, runs: dict[str, tuple], jobs: int = 2, ray_address: str | None = None) -> list:
+    """``function(*args)`` for every ``name: args`` of ``runs``: ``jobs`` at a time on this machine,
+    or, given ``ray_address``, as one-CPU tasks on that Ray cluster. Returns the results in the
+    order of ``runs``; raises :class:`SweepFailed` once every run has ended if any raised."""
+    finished = _on_ray(function, runs, jobs, ray_address) if ray_address else _here(function, runs, jobs)
+    results, failures = {}, {}
+    # ends of runs, not steps: the estimate of what is left is the mean time per run so far;
+    # closing(): an interrupt here, between two runs' ends, still stops the workers before it goes on
+    bar_format = "{n_fmt}/{total_fmt} runs done [{elapsed} so far, {remaining} left]"
+    with closing(finished), tqdm(total=len(runs), bar_format=bar_format, disable=not SHOW_PROGRESS) as progress:
+        for name, result, error in finished:
+            if error is None:
+                results[name] = result
+            else:
+                failures[name] = error
+                progress.write(f"{name} failed: {type(error).__name__}: {error}")
+            progress.update()
+    if failures:
+        raise SweepFailed(failures, len(runs))
+    return [results[name] for name in runs]
+
+
+Finished = Iterator[tuple[str, object, BaseException | None]]   # (name, result, error) as each run ends
+
+
+# How long the workers of an interrupted sweep have to save and stop before they are killed: a
+# step of the largest CPU scale and a save take seconds; a worker still busy after this is stuck.
+STOP_GRACE_S = 30.0
+
+
+def _here(function: Callable, runs: dict[str, tuple], jobs: int) -> Finished:
+    """The runs in ``jobs`` worker processes. A stop signal to the sweep (Ctrl-C, SIGTERM or
+    SIGHUP, to it alone or to its process group) is forwarded to every worker as one SIGINT (the
+    workers run in process groups of their own, so a terminal's Ctrl-C reaches them only this
+    way): each run it finds training saves its checkpoint and stops (:func:`_run_in_worker`),
+    no run starts after it, and once every worker has stopped, or after :data:`STOP_GRACE_S`
+    seconds has been killed, the sweep raises KeyboardInterrupt, so that nothing is still
+    writing when the command returns. Further signals meanwhile change nothing."""
+    # spawn, not fork: a forked child inherits the parent's OpenMP state, which can hang it
+    context = multiprocessing.get_context("spawn")
+    stopping = context.Event()
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_start_worker, initargs=(stopping,))
+
+    def stop(signum, frame):
+        if not stopping.is_set():
+            stopping.set()
+            raise KeyboardInterrupt
+
+    previous, futures = _install(stop), {}
+    try:
+        futures = {pool.submit(_run_in_worker, function, *args): name for name, args in runs.items()}
+        for future in as_completed(futures):
+            error = future.exception()
+            yield futures[future], None if error else future.result(), error
+    finally:
+        # the pool hands a waiting run to each worker ahead of time, out of reach of cancel_futures
+        stopping.set()
+        if not all(future.done() for future in futures):   # a stop (or an error here): the runs save and stop
+            for pid in _worker_pids(pool):
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGINT)
+        _stop_pool(pool, STOP_GRACE_S)
+        _install(previous)
+
+
+def _install(handler) -> dict:
+    """``handler`` (one, or a dict by signal) for the stop signals; returns the ones replaced
+    (none outside the main thread, where signals cannot be handled)."""
+    from interp.training.setup import STOP_SIGNALS
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    handlers = handler if isinstance(handler, dict) else dict.fromkeys(STOP_SIGNALS, handler)
+    # None: a handler that was not set from Python, which cannot be put back
+    return {signum: signal.signal(signum, new) for signum, new in handlers.items() if new is not None}
+
+
+def _worker_pids(pool: ProcessPoolExecutor) -> list[int]:
+    return list(pool._processes or {})   # the executor keeps its processes by pid, with no public accessor
+
+
+def _stop_pool(pool: ProcessPoolExecutor, grace_s: float) -> None:
+    """Shut the pool down: no run starts any more, the runs in progress have ``grace_s`` seconds
+    to end (an interrupted one saves its checkpoint), then the workers still alive are killed."""
+    processes = list((pool._processes or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+    pool.shutdown(wait=True)
+
+
+_stopping = None   # in a worker: the sweep's event, set once no run may start
+
+
+def _start_worker(stopping) -> None:
+    """A worker ignores Ctrl-C between runs: one interrupted while it waits for the next run would
+    die, and its pool with it (leaving semaphores for the resource tracker to complain about)."""
+    global _stopping
+    _stopping = stopping
+    os.setpgrp()   # out of the terminal's process group: the sweep forwards one SIGINT itself
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_in_worker(function: Callable, *args):
+    """``function(*args)``, with Ctrl-C interrupting it (a training run turns the interrupt into a
+    checkpoint and a stop: ``interp.training.setup.GracefulInterrupt``), unless the sweep is stopping."""
+    if _stopping.is_set():
+        raise KeyboardInterrupt("the sweep was interrupted before this run started")
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return function(*args)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _on_ray(function: Callable, runs: dict[str, tuple], jobs: int, address: str) -> Finished:
+    ray = _import_ray()
+    with ray_session(address, jobs):
+        task = ray.remote(num_cpus=1)(function)
+        pending = {task.remote(*args): name for name, args in runs.items()}
+        while pending:
+            (ready,), _ = ray.wait(list(pending))
+            try:
+                result, error = ray.get(ready), None
+            except ray.exceptions.RayTaskError as err:   # the run raised: report its own exception
+                result, error = None, err.cause
+            except ray.exceptions.RayError as err:       # its worker or node was lost
+                result, error = None, err
+            yield pending.pop(ready), result, error
+
+
+@contextmanager
+def ray_session(address: str, cpus: int):
+    """Connected to the Ray cluster at ``address`` (``local``: a new instance with ``cpus`` CPUs)
+    for the block; a connection made before it is used as it is and left open."""
+    ray = _import_ray()
+    if ray.is_initialized():
+        yield
+        return
+    # a new local instance takes the sweep's size; a running cluster's resources are its own
+    options = {"num_cpus": cpus, "include_dashboard": False} if address == "local" else {}
+    ray.init(address=address, **options)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError as err:
+        raise RuntimeError(RAY_MISSING) from err
+    return ray

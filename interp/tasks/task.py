@@ -1,0 +1,138 @@
+"""What a task is: the contract of :class:`Task`, the data-side counterpart of a mechanism
+(:mod:`models.mechanisms`); :mod:`interp.tasks.registry` names the tasks.
+
+A task is a subclass of :class:`Task`, whose docstring is the contract. It names
+
+- its vocabulary (``vocab``, one string per token id, ids below 256: sequences are ``uint8``);
+- its seeded generator, ``sample(n, seq_len, rng, **params) -> uint8 [n, seq_len]``, where
+  row ``k`` depends only on the seed and ``k`` (the first ``m`` rows of a seed are the same
+  whatever ``n >= m`` is asked for);
+- what the model sees and where it is scored: ``model_io(tokens) -> (inputs, targets, scored)``,
+  three ``[n, T']`` arrays. By default the model reads ``tokens[:, :-1]`` and is scored on the
+  next token at the positions :meth:`Task.scored_mask` marks (flip-flop: the bit after each
+  ``r``); the automaton overrides it (its targets are states, not next tokens);
+- ``answer(prefix)``: the right answer after the input prefix ``prefix`` (a list of ids ending
+  at a scored position), a plain loop independent of the generator, which ``check-task``
+  compares with ``model_io``'s targets;
+- ``answers``: the token ids an answer can be (the margin of a prediction is the logit of the
+  right answer minus the best other answer's); ``is_correct(predicted, target)``: how an answer
+  is counted right (default: the argmax over the whole vocabulary equals the target);
+- its canonical splits (:class:`TaskSplit`: a size, a fixed seed, a length and the generator's
+  parameters; in distribution or out of it) and its training distribution (``seq_len``,
+  ``train_params``; ``train_size``: a fixed pool of training sequences instead of fresh ones).
+
+Pure numpy, like the rest of :mod:`interp.tasks`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+# The seed stream of a task's fixed training pool: the pool of run seed s is default_rng([s, TRAIN_POOL_STREAM]).
+TRAIN_POOL_STREAM = 7_919
+
+
+@dataclass(frozen=True)
+class TaskSplit:
+    """A canonical split: ``size`` sequences of ``seq_len`` tokens from ``Task.sample`` with the
+    parameters ``params``, from its own fixed ``seed``."""
+
+    name: str
+    size: int
+    seed: int
+    seq_len: int
+    params: Mapping = field(default_factory=dict)
+    in_distribution: bool = True
+    published_reads: int | None = None
+
+
+class Task:
+    """A task: see the module docstring for the contract. Subclasses set the class attributes
+    and implement :meth:`sample`, :meth:`scored_mask` (or :meth:`model_io`) and :meth:`answer`."""
+
+    name: str = ""
+    description: str = ""
+    vocab: tuple[str, ...] = ()
+    answers: tuple[int, ...] = ()
+    seq_len: int = 512                    # the training length
+    train_params: Mapping = {}            # the generator's parameters during training
+    train_size: int | None = None         # a fixed pool of this many training sequences (None: fresh draws)
+    splits: Mapping[str, TaskSplit] = {}
+    # token id -> role, for the heatmaps' colours (a role of interp.plots.layout.TASK_ROLE_COLOR)
+    roles: Mapping[int, str] = {}
+
+    @property
+    def d_vocab(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def n_ctx(self) -> int:
+        """The longest of the training length and every split's: the context a model with learned
+        absolute positions needs to be evaluated on all of them."""
+        return max([self.seq_len, *(split.seq_len for split in self.splits.values())])
+
+    def sample(self, n: int, seq_len: int, rng, **params) -> np.ndarray:
+        """``n`` sequences, ``uint8 [n, seq_len]``, from ``np.random.default_rng(rng)``."""
+        raise NotImplementedError
+
+    def scored_mask(self, inputs: np.ndarray) -> np.ndarray:
+        """``bool [n, T]``: the input positions whose next token is scored."""
+        raise NotImplementedError
+
+    def answer(self, prefix: list[int]) -> int:
+        """The right answer after ``prefix``, which ends at a scored position."""
+        raise NotImplementedError
+
+    def model_io(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(inputs, targets, scored)``, each ``[n, T - 1]``: the model reads ``inputs`` and is
+        scored on ``targets`` (the next tokens) where ``scored``."""
+        inputs = tokens[:, :-1]
+        return inputs, tokens[:, 1:], self.scored_mask(inputs)
+
+    def is_correct(self, predicted: np.ndarray, target: np.ndarray) -> np.ndarray:
+        """Whether each answer counts as right: the prediction equals the target."""
+        return predicted == target
+
+    def evidence(self, tokens: np.ndarray) -> np.ndarray | None:
+        """For each position, the token position the answer there is read from (-1: none), ``[n, T]``;
+        the heatmaps outline that cell. None: the task has no single such position."""
+        return None
+
+    def labels(self, tokens) -> list[str]:
+        """The axis label of each token of one sequence."""
+        return [self.vocab[int(t)] for t in tokens]
+
+    def train_batch(self, batch_size: int, step: int, seed: int, seq_len: int | None = None) -> np.ndarray:
+        """The training batch of ``step``, a pure function of ``(seed, step)``: fresh draws from
+        ``default_rng([seed, step])``, or with ``train_size`` the rows of a fixed pool, in a new
+        order every pass over it."""
+        seq_len = seq_len or self.seq_len
+        if self.train_size is None:
+            return self.sample(batch_size, seq_len, [seed, step], **self.train_params)
+        pool = _train_pool(self, seed, seq_len)
+        drawn = np.arange(step * batch_size, (step + 1) * batch_size)   # the rows drawn so far, in order
+        passes = drawn // len(pool)
+        orders = {int(p): np.random.default_rng([seed, int(p)]).permutation(len(pool)) for p in np.unique(passes)}
+        return pool[[orders[int(p)][i % len(pool)] for p, i in zip(passes, drawn)]]
+
+    def load_split(self, name: str, n: int | None = None) -> np.ndarray:
+        """The first ``n`` sequences (default: all) of the canonical split ``name``."""
+        if name not in self.splits:
+            raise ValueError(f"task {self.name!r} has no split {name!r}; choose one of {', '.join(self.splits)}")
+        split = self.splits[name]
+        n = split.size if n is None else n
+        if not 0 < n <= split.size:
+            raise ValueError(f"split {name!r} of task {self.name!r} has {split.size} sequences; asked for n={n}")
+        return self.sample(n, split.seq_len, split.seed, **split.params)
+
+    def format(self, tokens) -> str:
+        return " ".join(self.labels(tokens))
+
+
+@lru_cache(maxsize=4)
+def _train_pool(task: Task, seed: int, seq_len: int) -> np.ndarray:
+    return task.sample(task.train_size, seq_len, [seed, TRAIN_POOL_STREAM], **task.train_params)
