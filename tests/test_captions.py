@@ -121,3 +121,11 @@ def test_logit_split_names_the_losing_term():
     kept = allowed & ~torch.isin(torch.arange(16), torch.tensor([4, 5]))  # the threshold removed the w and its bit
     removed = logit_split(content, position, kept, tokens, carriers, reads, 0)
     assert removed.losing_term[0] == "threshold" and removed.target_key[0] == -1
+
+
+def test_a_share_in_a_caption_carries_its_interval():
+    from interp.figures.tda import share_with_interval
+
+    # 2 of 23: the Wilson 95% interval, worked by hand from its formula
+    assert share_with_interval(2, 23) == "8.7% (2.4-26.8%)"
+    assert share_with_interval(0, 40) == "0.0% (0.0-8.8%)"

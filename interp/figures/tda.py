@@ -21,7 +21,7 @@ from interp.metrics import (
     capture_maps, cross_view_correlation, growth_exponent, inhibition, last_row_dispersion, max_abs_weight,
     mean_interval,
     peak_cooccurrence, raw_logits, sink_ratio, sparsity, summarise, survivor_counts, survivor_growth,
-    tail_probabilities,
+    tail_probabilities, wilson_interval,
 )
 from interp.tasks import CANONICAL_SEQ_LEN, load_split
 
@@ -73,6 +73,12 @@ def peak_relations(data: pd.DataFrame) -> pd.DataFrame:
     return peaks
 
 
+def share_with_interval(count: float, n: float, digits: int = 1) -> str:
+    """``count / n`` in percent with its 95% Wilson interval: ``1.3% (0.8-2.1%)``."""
+    low, high = wilson_interval(count, n)
+    return f"{100 * count / n:.{digits}f}% ({100 * low:.{digits}f}-{100 * high:.{digits}f}%)"
+
+
 def cooccurrence_words(data: pd.DataFrame) -> str:
     """The :func:`~interp.metrics.peak_cooccurrence` rows of 02b in words: how often view 2 weighs
     view 1's peak key, per head, and what that leaves the difference to cancel."""
@@ -80,9 +86,13 @@ def cooccurrence_words(data: pd.DataFrame) -> str:
     if shares.empty:
         return "View 1 has no non-zero weight in any row: there is no excitatory peak to cancel."
     top = shares.loc[shares.value.idxmax()]
+    weighed = (shares.value * shares.n_rows).round()
+    pooled, top_count = int(weighed.sum()), int(round(top.value * top.n_rows))
     return (f"At view 1's peak (its largest weight in a row), view 2 is non-zero in {shares.value.min():.1%} to "
-            f"{shares.value.max():.1%} of the rows with an excitatory weight per head (mean {shares.value.mean():.1%}; "
-            f"the most in layer {top.layer} head {top['head']}, of {int(top.n_rows)} rows): only there can "
+            f"{shares.value.max():.1%} of the rows with an excitatory weight per head (over the {len(shares)} heads "
+            f"{pooled} of {int(shares.n_rows.sum())} rows, {share_with_interval(pooled, shares.n_rows.sum())}; the "
+            f"most in layer {top.layer} head {top['head']}, {top_count} of {int(top.n_rows)} rows, "
+            f"{share_with_interval(top_count, top.n_rows)}): only there can "
             f"inhibition lower a peak, so in every head at least {1 - shares.value.max():.1%} of the row peaks pass "
             "through the difference unchanged.")
 
@@ -291,14 +301,20 @@ def times(ratio: float) -> str:
 
 @caption("06_logit_tails")
 def caption_logit_tails(data: pd.DataFrame) -> str:
-    per_k = "; ".join(f"k = {k:g}: {rows.value.min():.2g} to {rows.value.max():.2g}, "
+    def rate(row: pd.Series) -> str:
+        low, high = wilson_interval(round(row.value * row.n_entries), row.n_entries)
+        return f"{row.value:.2g} ({low:.2g}-{high:.2g})"
+
+    per_k = "; ".join(f"k = {k:g}: {rate(rows.loc[rows.value.idxmin()])} to {rate(rows.loc[rows.value.idxmax()])}, "
                       f"{times(rows.value.min() / rows.gaussian.iloc[0])} to {times(rows.value.max() / rows.gaussian.iloc[0])}"
                       f" N(0, 1)'s {rows.gaussian.iloc[0]:.2g}" for k, rows in data.groupby("k"))
     return (f"TDA paper Table 7 (App. B.1): empirical P(|s - mean| > k sigma) of {one(data, 'model')}'s raw logits "
             "s_ij = q_i . k_j / sqrt(d) per layer and view (hook_q, hook_k and hook_q2, hook_k2, rotated by RoPE, "
             "before the L2 normalisation that makes TDA's scores cosines; mean and sigma per layer and view over "
             f"the causal entries), on {one(data, 'n_sequences')} iid sequences of T = {one(data, 'seq_len')}, beside "
-            f"N(0, 1) (dashed). Over the {data.groupby(['layer', 'map']).ngroups} layer-views, {per_k} (the paper's "
+            f"N(0, 1) (dashed). Over the {data.groupby(['layer', 'map']).ngroups} layer-views of "
+            f"{int(data.n_entries.min()):,} causal entries each (95% Wilson intervals, the entries taken as "
+            f"independent), {per_k} (the paper's "
             f"layers at k = 4: {PAPER_TAIL_K4[0]:g} to {PAPER_TAIL_K4[1]:g}). The CSV is the table: one row per layer, view and k.")
 
 
