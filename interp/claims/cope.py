@@ -83,7 +83,7 @@ def task_comparison_evidence(task: str, splits: tuple[str, ...], rivals: tuple[s
     +- sd (Tables 9-10) on every split; the opposite when on some split every seed of some rival errs
     less than every CoPE seed. Until every run has its ``result.json`` the row is not reproduced
     (budget), and names how many are in."""
-    from interp.studies.cope_tasks import PAPER_ERROR, SEEDS
+    from interp.studies.cope_tasks import PAPER_ERROR, SEEDS, STEPS
 
     models = ("cope", *rivals)
     names = [f"{task}-{model}-seed{seed}" for model in models for seed in SEEDS]
@@ -106,7 +106,7 @@ def task_comparison_evidence(task: str, splits: tuple[str, ...], rivals: tuple[s
                     "answers per model and split", "CoPE " + ", ".join(
                         f"`{split}` {percent_interval(cope_intervals[split])}" for split in splits),
                     holds=all(below), at_strength=all(below) and all(matches), opposite=any(above),
-                    reason="budget: 2000 steps of batch 16 on a CPU, the paper's 100k steps for selective copy "
+                    reason=f"budget: {STEPS} steps of batch 16 on a CPU, the paper's 100k steps for selective copy "
                     "(its counting budget unstated)", source=source)
 
 
@@ -121,8 +121,10 @@ def paper_errors(task: str, models: tuple[str, ...], splits: tuple[str, ...]) ->
 
 def task_claim(key: str, section: str, claim: str, task: str, splits: tuple[str, ...],
                rivals: tuple[str, ...]) -> Claim:
+    from interp.studies.cope_tasks import STEPS
+
     return Claim(key, "CoPE", section, claim, paper_errors(task, ("cope", *rivals), splits),
-                 f"`cope-tasks` {task}: 2 x 2 x 64, 2000 steps of batch 16, seeds 0-2",
+                 f"`cope-tasks` {task}: 2 x 2 x 64, {STEPS} steps of batch 16, seeds 0-2",
                  lambda: task_comparison_evidence(task, splits, rivals))
 
 
