@@ -7,6 +7,7 @@ import functools
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -138,9 +139,11 @@ def kernel_references() -> dict:
 
 
 def bench_kernels(out: str | Path | None = None, budget_s: float = float("inf"),
-                  seq_lens: tuple[int, ...] | None = None, **options) -> tuple[list[dict], bool]:
-    """:func:`kernels.bench.bench_kernel` for every kernel at every T (default
-    ``kernels.bench.SEQ_LENS``), next to the references; ``options`` go to it. With ``out``, a
+                  seq_lens: tuple[int, ...] | None = None, measure: Callable | None = None,
+                  **options) -> tuple[list[dict], bool]:
+    """``measure(name, T, **options)`` for every kernel at every T (default
+    ``kernels.bench.SEQ_LENS``): by default :func:`kernels.bench.bench_kernel` next to the
+    references, or e.g. :func:`kernels.bench.bench_tile_configs` with its configurations. With ``out``, a
     CSV file: the (kernel, T) pairs it holds are not run again, each new pair's rows are
     appended as soon as they are measured, and no new pair starts once ``budget_s`` seconds have
     passed (each call runs at least one), so that a long benchmark runs as a series of short,
@@ -155,7 +158,7 @@ def bench_kernels(out: str | Path | None = None, budget_s: float = float("inf"),
     todo = [(n_pos, name) for n_pos in seq_lens or SEQ_LENS for name in KERNELS
             if not any(r["kernel"] == name and r["T"] == n_pos for r in done)]
     for i, (n_pos, name) in enumerate(todo):
-        new = bench_kernel(name, n_pos, kernel_references(), **options)
+        new = measure(name, n_pos, **options) if measure else bench_kernel(name, n_pos, kernel_references(), **options)
         rows += new
         if out:
             pd.DataFrame(new).to_csv(out, mode="a", header=not Path(out).exists(), index=False)
@@ -406,16 +409,21 @@ def run(what: str, args) -> int:
     elif what == "kernels" and args.compile_only:
         return compile_kernels(args.out, args.targets, args.dtype, args.d_head, args.defaults_only)
     elif what == "kernels":
-        from kernels.bench import kernel_goals
+        from kernels.bench import best_tiles, bench_tile_configs, kernel_goals
 
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         where = torch.cuda.get_device_name() if device.type == "cuda" else "the CPU under Triton's interpreter"
         d_head, dtype = args.d_head or 64, args.dtype or "bfloat16"
-        rows, complete = bench_kernels(args.out, args.budget_s, args.seq_lens, tokens=args.tokens,
+        measure = functools.partial(bench_tile_configs, configs=args.tile_configs) if args.tile_configs else None
+        rows, complete = bench_kernels(args.out, args.budget_s, args.seq_lens, measure, tokens=args.tokens,
                                        d_head=d_head, dtype=getattr(torch, dtype), repeats=args.repeats,
                                        device=device)
         _print_rows(rows, f"kernels on {where}, {dtype}, causal, head dim {d_head}, {args.tokens} tokens per batch")
-        _print_rows(kernel_goals(rows), "goals (met: None where these rows do not tell)")
+        if args.tile_configs:
+            _print_rows(best_tiles(rows), "fastest tiles (best_pair: the fastest forward's time plus the fastest "
+                                          "backward's, to SDPA's)")
+        else:
+            _print_rows(kernel_goals(rows), "goals (met: None where these rows do not tell)")
         if not complete:
             print(f"stopped after {args.budget_s:g} s with pairs still to run: run the same command again to go on")
     elif what == "tiles":

@@ -10,6 +10,9 @@ tile sparsity that decides whether skipping all-zero key tiles pays.
   ``kernels.common.MAX_MAP_ELEMENTS`` (T = 32768), is reported as such.
   Meant for a CUDA GPU; on CPU tensors under ``TRITON_INTERPRET=1`` it runs too (at tiny sizes,
   so that a test covers it), without peak memory: the CPU keeps no allocator statistics.
+- :func:`bench_tile_configs`: one kernel at one T at each of several tile configurations
+  (tiles, warps, stages), beside SDPA and the dispatcher's choice, in one run: the measurement
+  that picks a GPU's default tiles.
 - :func:`kernel_goals`: whether a set of :func:`bench_kernel` rows meets the kernels' goals.
 - :func:`bench_zero_tile_skipping`: the forward with and without ``skip_zero_tiles`` on given
   (ideally trained-model) inputs.
@@ -25,8 +28,10 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+import triton
 
 from kernels.forgetting.triton import forgetting_attention
+from kernels.tiles import TileConfig, default_tiles, forced_tiles
 from kernels.threshold.triton import differential_threshold_attention, threshold_attention
 from kernels.tra.triton import tra_attention
 
@@ -172,6 +177,62 @@ def bench_kernel(name: str, n_pos: int, references: dict[str, Callable] | None =
              "peak_vs_sdpa": row["peak_mib"] / sdpa["peak_mib"],
              "fwd_bwd_vs_reference": row["fwd_bwd_ms"] / reference["fwd_bwd_ms"]}
             for impl, row in measured.items()]
+
+
+def bench_tile_configs(name: str, n_pos: int, configs: list[TileConfig], tokens: int = 16384, n_heads: int = 4,
+                       d_head: int = 64, dtype=torch.bfloat16, repeats: int = 10, device="cuda") -> list[dict]:
+    """Kernel ``name`` at sequence length ``n_pos`` (batch ``tokens // n_pos``) at each of
+    ``configs`` (every launch, forward and backward, through :func:`kernels.tiles.forced_tiles`) and
+    at the dispatcher's choice (``tiles`` "default"), beside SDPA's flash attention (``tiles``
+    "sdpa_flash"), one row each: times, ratio of fwd+bwd to SDPA's, and the largest absolute
+    difference of the output from the default's (tiles change only the order of float32
+    sums). The forward and backward times are separate columns because their kernels may be
+    given different tiles. A configuration the GPU cannot run (too much shared memory) gets a
+    row with NaN times and Triton's reason in ``note``."""
+    device = torch.device(device)
+    batch = max(tokens // n_pos, 1)
+    torch.manual_seed(0)
+    inputs, qkv = random_inputs(name, batch, n_pos, n_heads, d_head, dtype, device)
+    fn = KERNELS[name]
+    with torch.no_grad():
+        default_z = fn(*inputs)
+    default = default_tiles(dtype, d_head).name if device.type == "cuda" else "32x32 under the interpreter"
+    rows = [{"tiles": "sdpa_flash", **_measure(_sdpa, qkv, repeats, device), "max_abs_diff_vs_default": math.nan,
+             "note": ""},
+            {"tiles": "default", **_measure(fn, inputs, repeats, device), "max_abs_diff_vs_default": 0.0,
+             "note": default}]
+    for config in configs:
+        try:
+            with forced_tiles(config):
+                with torch.no_grad():
+                    diff = (fn(*inputs).float() - default_z.float()).abs().max().item()
+                rows.append({"tiles": config.name, **_measure(fn, inputs, repeats, device),
+                             "max_abs_diff_vs_default": diff, "note": ""})
+        except triton.runtime.errors.OutOfResources as err:
+            rows.append({"tiles": config.name, **dict.fromkeys((*TIMES, "peak_mib", "max_abs_diff_vs_default"),
+                                                               math.nan), "note": " ".join(str(err).split())})
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    sdpa_ms = rows[0]["fwd_bwd_ms"]
+    return [{"kernel": name, "T": n_pos, "batch": batch, "tiles": r.pop("tiles"), **r,
+             "fwd_bwd_vs_sdpa": r["fwd_bwd_ms"] / sdpa_ms} for r in rows]
+
+
+def best_tiles(rows: list[dict]) -> list[dict]:
+    """Per kernel and T of :func:`bench_tile_configs` rows: the fastest configuration for the
+    forward and for the backward (they may differ), and fwd+bwd at the default and at that pair
+    (the sum of the two times, each measured alone), as ratios to SDPA's."""
+    best = []
+    for kernel, n_pos in dict.fromkeys((r["kernel"], r["T"]) for r in rows):
+        mine = [r for r in rows if (r["kernel"], r["T"]) == (kernel, n_pos) and not math.isnan(r["fwd_bwd_ms"])]
+        sdpa = next(r for r in mine if r["tiles"] == "sdpa_flash")
+        default = next(r for r in mine if r["tiles"] == "default")
+        ours = [r for r in mine if r["tiles"] != "sdpa_flash"]
+        fwd, bwd = min(ours, key=lambda r: r["fwd_ms"]), min(ours, key=lambda r: r["bwd_ms"])
+        best.append({"kernel": kernel, "T": n_pos, "best_fwd": fwd["tiles"], "best_bwd": bwd["tiles"],
+                     "default_vs_sdpa": default["fwd_bwd_ms"] / sdpa["fwd_bwd_ms"],
+                     "best_pair_vs_sdpa": (fwd["fwd_ms"] + bwd["bwd_ms"]) / (sdpa["fwd_ms"] + sdpa["bwd_ms"])})
+    return best
 
 
 # The kernels' goals (revised after the H200 measurement, which was judged against earlier ones) for

@@ -1,15 +1,19 @@
 """The kernels' check on a GPU in one command, under 10 minutes: the kernel tests on the device,
 then ``glitchlens bench kernels`` at T = 4096 ... 32768 (the four kernels beside SDPA's flash
-attention, in one run) into ``runs/gpu/bench-kernels-<card>.csv``, named after the card.
+attention, in one run) into ``runs/gpu/bench-kernels-<card>.csv``, named after the card, then
+``glitchlens bench kernels --tile-configs`` (each kernel at :data:`TILE_CONFIGS` beside its
+default and SDPA, at T = 16384 and 8192) into ``runs/gpu/tiles-<card>.csv``: the measurement
+that chooses the card's default tiles.
 
 ``python3 -m kernels.gpu_check [--out CSV] [--skip-tests]`` (``make gpu-kernels``), from the
 repository root, with the machine's own PyTorch and Triton (no ``make setup``: a GPU machine here
 reaches no package index; what it lacks, such as transformer-lens, travels as wheels:
 docs/how-to/run-on-a-gpu.md "On a GPU"). The tests get ``TEST_BUDGET_S`` seconds, the benchmark
-``BENCH_BUDGET_S`` (it starts no (kernel, T) pair after that; the same command with ``--out`` the
-CSV it printed resumes it). A file already there is never written over: without ``--out`` the
-first free name is taken (``bench-kernels-h200-2.csv`` beside an earlier ``bench-kernels-h200.csv``).
-Exit status: 0 when the tests passed and the benchmark is complete, 1 otherwise, 2 on bad use.
+``BENCH_BUDGET_S`` and the tile sweep ``TILES_BUDGET_S`` (each starts no (kernel, T) pair after
+that; the same command with ``--out`` the CSV it printed resumes it). A file already there is
+never written over: without ``--out`` the first free name is taken (``bench-kernels-h200-2.csv``
+beside an earlier ``bench-kernels-h200.csv``). Exit status: 0 when the tests passed and the
+benchmark is complete, 1 otherwise, 2 on bad use.
 """
 
 from __future__ import annotations
@@ -25,7 +29,14 @@ from pathlib import Path
 SEQ_LENS = (4096, 8192, 16384, 32768)
 TEST_FILES = ("tests/test_op_tra.py", "tests/test_op_forgetting.py", "tests/test_op_threshold.py",
               "tests/test_kernels.py", "tests/test_attention_impl.py")
-TEST_BUDGET_S, BENCH_BUDGET_S = 240, 240
+TEST_BUDGET_S, BENCH_BUDGET_S, TILES_BUDGET_S = 150, 200, 200
+# Candidates: configurations that compile for sm_90 (Triton 3.6, bfloat16, head dim 64) with no
+# register spill in any of the twelve kernels, or (64 x 64, 4 warps, 3 stages) in all but TDA's
+# backward; around the Hopper choices of Triton's fused-attention tutorial (128 x 64, 8 warps).
+# The current default is 64 x 32, 4 warps, 2 stages. (128 x 64 with 4 warps and 3 stages, and
+# 128 x 128, spilled in most backward kernels.)
+TILE_CONFIGS = ("128x64-w8-s2", "128x64-w8-s3", "64x64-w8-s2", "128x32-w8-s2", "64x64-w4-s3", "64x32-w4-s3")
+TILE_SEQ_LENS = (16384, 8192)
 RUNS = Path("runs/gpu")
 NEEDED = ("torch", "triton", "pytest", "xdist")
 
@@ -41,11 +52,13 @@ def card_slug(device_name: str) -> str:
     return words[0]
 
 
-def free_csv(card: str, runs: Path = RUNS) -> Path:
-    """``runs/bench-kernels-<card>.csv``, or ``-2``, ``-3``, ... after it if taken."""
-    path, n = runs / f"bench-kernels-{card}.csv", 2
+def free_csv(card: str, runs: Path | None = None, stem: str = "bench-kernels") -> Path:
+    """``<runs>/<stem>-<card>.csv`` (``runs`` by default :data:`RUNS`), or ``-2``, ``-3``, ... after
+    it if taken."""
+    runs = runs or RUNS
+    path, n = runs / f"{stem}-{card}.csv", 2
     while path.exists():
-        path, n = runs / f"bench-kernels-{card}-{n}.csv", n + 1
+        path, n = runs / f"{stem}-{card}-{n}.csv", n + 1
     return path
 
 
@@ -69,11 +82,14 @@ def test_command(workers: int = 8) -> list[str]:
             *TEST_FILES]
 
 
-def bench_command(out: Path, seq_lens=SEQ_LENS, budget_s: float = BENCH_BUDGET_S) -> list[str]:
+def bench_command(out: Path, seq_lens=SEQ_LENS, budget_s: float = BENCH_BUDGET_S,
+                  tile_configs: tuple[str, ...] = ()) -> list[str]:
     """``glitchlens bench kernels`` with as many tokens a batch as the longest T, so that every T
-    holds the same tokens (batch = tokens / T) and the peak memory can be compared across T."""
-    return [sys.executable, "-m", "interp.cli", "bench", "kernels", "--repeats", "10", "--budget-s", str(budget_s),
-            "--tokens", str(max(seq_lens)), "--seq-lens", *map(str, seq_lens), "--out", str(out)]
+    holds the same tokens (batch = tokens / T) and the peak memory can be compared across T; with
+    ``tile_configs``, the tile sweep (5 repeats, to fit its budget)."""
+    tiles = ["--tile-configs", ",".join(tile_configs), "--repeats", "5"] if tile_configs else ["--repeats", "10"]
+    return [sys.executable, "-m", "interp.cli", "bench", "kernels", *tiles, "--budget-s", str(budget_s),
+            "--tokens", str(max(SEQ_LENS)), "--seq-lens", *map(str, seq_lens), "--out", str(out)]
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -82,6 +98,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="the benchmark's CSV (default: the first free runs/gpu/bench-kernels-<card>.csv); an "
                              "existing one is resumed")
     parser.add_argument("--skip-tests", action="store_true", help="only the benchmark (e.g. when resuming it)")
+    parser.add_argument("--skip-tiles", action="store_true", help="no tile sweep")
     parser.add_argument("--seq-lens", type=int, nargs="+", default=list(SEQ_LENS))
     args = parser.parse_args(argv)
     if args.out is not None and args.out.suffix != ".csv":
@@ -114,14 +131,24 @@ def main(argv: list[str] | None = None) -> int:
         except subprocess.TimeoutExpired:
             print(f"the kernel tests ran past {TEST_BUDGET_S} s and were stopped", flush=True)
             tests_ok = False
-    bench = subprocess.run(bench_command(out, args.seq_lens), env=env, capture_output=True, text=True)
-    print(bench.stdout[-20000:], bench.stderr[-3000:], sep="\n", flush=True)
-    complete = bench.returncode == 0 and "run the same command again" not in bench.stdout
-    if bench.returncode == 0 and not complete:
+    complete = run_bench(bench_command(out, args.seq_lens), env)
+    if not complete:
         print(f"to go on: python3 -m kernels.gpu_check --skip-tests --out {out}")
+    tiles_note = "skipped"
+    if not args.skip_tiles:
+        tiles_out = free_csv(card_slug(name), out.parent, "tiles")
+        tiles_done = run_bench(bench_command(tiles_out, TILE_SEQ_LENS, TILES_BUDGET_S, TILE_CONFIGS), env)
+        tiles_note = f"{'complete' if tiles_done else 'NOT complete'} ({tiles_out})"
     print(f"kernel tests: {'passed' if tests_ok else 'FAILED'}; benchmark: {'complete' if complete else 'NOT complete'}"
-          f" ({out})")
+          f" ({out}); tile sweep: {tiles_note}")
     return 0 if tests_ok and complete else 1
+
+
+def run_bench(command: list[str], env: dict) -> bool:
+    """Run one ``bench kernels`` command, print its tables; whether every (kernel, T) pair is done."""
+    bench = subprocess.run(command, env=env, capture_output=True, text=True)
+    print(bench.stdout[-20000:], bench.stderr[-3000:], sep="\n", flush=True)
+    return bench.returncode == 0 and "run the same command again" not in bench.stdout
 
 
 if __name__ == "__main__":

@@ -16,7 +16,9 @@ triton is first imported (the test suite does this).
 
 from __future__ import annotations
 
+import contextlib
 import math
+import re
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +42,18 @@ class TileConfig:
     def name(self) -> str:
         return f"{self.block_m}x{self.block_n}-w{self.num_warps}-s{self.num_stages}"
 
+    @classmethod
+    def parse(cls, name: str) -> TileConfig:
+        """The configuration :attr:`name` writes, ``BMxBN-wW-sS`` (e.g. ``128x64-w8-s2``): tiles powers of
+        two from 16 to 256, 1 to 16 warps (a power of two), 1 to 6 pipeline stages."""
+        match = re.fullmatch(r"(\d+)x(\d+)-w(\d+)-s(\d+)", name.strip())
+        config = cls(*map(int, match.groups())) if match else None
+        if (config is None or not all(16 <= b <= 256 and b & (b - 1) == 0 for b in (config.block_m, config.block_n))
+                or config.num_warps not in (1, 2, 4, 8, 16) or not 1 <= config.num_stages <= 6):
+            raise ValueError(f"tile configuration {name!r}: write BMxBN-wW-sS, tiles powers of two from 16 to 256, "
+                             "1 to 16 warps (a power of two), 1 to 6 stages, e.g. 128x64-w8-s2")
+        return config
+
 
 # The tile configurations the dispatcher chooses among (:func:`default_tiles`, :func:`key_tile_meta`,
 # :func:`tra_meta`); ``glitchlens bench kernels --compile-only`` compiles every kernel at
@@ -61,13 +75,37 @@ def default_tiles(dtype: torch.dtype, d_head: int) -> TileConfig:
     return TileConfig(64, 32, 4, 2) if d_head <= 64 else TileConfig(32, 32, 4, 2)
 
 
+# The configuration every launch takes inside :func:`forced_tiles`, over the dispatcher's choice.
+_forced: TileConfig | None = None
+
+
+@contextlib.contextmanager
+def forced_tiles(config: TileConfig):
+    """Every kernel launched inside the block (forward and backward) runs at ``config``, its tiles,
+    warps and stages, instead of the dispatcher's choice (:func:`default_tiles`,
+    :func:`key_tile_meta`, :func:`tra_meta`): how ``glitchlens bench kernels --tile-configs``
+    times the candidates side by side on one GPU. A module global, so one thread at a time;
+    tiles given to an op (``block_m``/``block_n``) still win.
+
+    >>> with forced_tiles(TileConfig.parse("64x64-w4-s3")):
+    ...     launch_meta(torch.bfloat16, 64, None, None)["BLOCK_N"]
+    64
+    """
+    global _forced
+    before, _forced = _forced, config
+    try:
+        yield config
+    finally:
+        _forced = before
+
+
 def launch_meta(dtype: torch.dtype, d_head: int, block_m: int | None, block_n: int | None) -> dict:
     """The compile-time arguments every kernel takes: head dim, dot precision (IEEE for
     float32 inputs: TF32 would move scores across the thresholds), tile sizes (given, or
     :func:`default_tiles`; 32 x 32 under the interpreter, whose programs run one after another
-    on the CPU) and launch options."""
-    tiles = default_tiles(dtype, d_head)
-    block = (32, 32) if interpreting() else (tiles.block_m, tiles.block_n)
+    on the CPU; inside :func:`forced_tiles` its configuration) and launch options."""
+    tiles = _forced or default_tiles(dtype, d_head)
+    block = (32, 32) if interpreting() and not _forced else (tiles.block_m, tiles.block_n)
     return {"D": d_head, "PREC": "ieee" if dtype == torch.float32 else "tf32",
             "BLOCK_M": block_m or block[0], "BLOCK_N": block_n or block[1],
             "num_warps": tiles.num_warps, "num_stages": tiles.num_stages}
@@ -76,7 +114,9 @@ def launch_meta(dtype: torch.dtype, d_head: int, block_m: int | None, block_n: i
 def key_tile_meta(meta: dict) -> dict:
     """:func:`launch_meta` for the dK/dV kernels, whose programs own a key tile and walk the
     query tiles: in float32 with twice the warps (at four, their IEEE products spilled registers
-    on sm_80 and sm_90 even at 16 x 16 tiles), otherwise the same."""
+    on sm_80 and sm_90 even at 16 x 16 tiles), otherwise the same (and inside :func:`forced_tiles`)."""
+    if _forced:
+        return meta
     return {**meta, "num_warps": 2 * meta["num_warps"]} if meta["PREC"] == "ieee" else meta
 
 
@@ -86,7 +126,10 @@ def tra_meta(meta: dict) -> dict:
     at head dim 128 (32 x 32 tiles) with 8 warps and one pipeline stage, in float32 at head dim 16
     with two stages. With the defaults the forward spilled 8 bytes on sm_80 at head dim 128 (4
     warps, 2 stages), the dK/dV kernel 8 on sm_90 (and with 8 warps and 2 stages 8 on gfx942),
-    and the dQ kernel 8 on sm_80 in float32 at head dim 16 (1 stage). Otherwise the same."""
+    and the dQ kernel 8 on sm_80 in float32 at head dim 16 (1 stage). Otherwise the same (and inside
+    :func:`forced_tiles`)."""
+    if _forced:
+        return meta
     if meta["PREC"] != "ieee" and meta["D"] > 64:
         return {**meta, "num_warps": 8, "num_stages": 1}
     return {**meta, "num_stages": 2} if meta["PREC"] == "ieee" and meta["D"] == 16 else meta

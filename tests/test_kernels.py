@@ -127,6 +127,10 @@ def test_gpu_check_names_the_card_and_never_writes_over_a_file(tmp_path, capsys)
     assert command[command.index("--seq-lens") + 1:command.index("--out")] == ["4096", "8192", "16384", "32768"]
     assert command[command.index("--tokens") + 1] == "32768", "every T holds the same tokens"
     assert all(path.startswith("tests/") and path.endswith(".py") for path in gpu_check.TEST_FILES)
+    sweep = gpu_check.bench_command(tmp_path / "t.csv", gpu_check.TILE_SEQ_LENS, 60, gpu_check.TILE_CONFIGS)
+    assert sweep[sweep.index("--tile-configs") + 1] == ",".join(gpu_check.TILE_CONFIGS)
+    assert sweep[sweep.index("--tokens") + 1] == "32768", "the sweep's T hold the benchmark's tokens"
+    assert gpu_check.free_csv("h100", tmp_path, "tiles") == tmp_path / "tiles-h100.csv"
     with pytest.raises(SystemExit):
         gpu_check.parse(["--out", str(tmp_path / "b.txt")])
     assert "--out must name a .csv file" in capsys.readouterr().err
@@ -176,3 +180,83 @@ def test_bench_notes_a_reference_that_refuses_its_maps(device):
     rows = bench.bench_kernel("fot", 16, {"fot": refuses}, tokens=16, d_head=16, repeats=1, device=device)
     assert [r["impl"] for r in rows] == ["triton", "sdpa_flash", "reference"]
     assert rows[2]["note"] == "maps over the size limit" and math.isnan(rows[2]["fwd_bwd_ms"])
+
+
+def test_tile_configuration_names_parse_and_forcing_them_reaches_every_launch():
+    """``TileConfig.parse`` reads what ``name`` writes and refuses the rest in one line;
+    inside ``forced_tiles`` the launch parameters are the forced ones (the dK/dV and TRA
+    adjustments included), and the dispatcher's return after it."""
+    from kernels.tiles import TileConfig, forced_tiles, key_tile_meta, launch_meta, tra_meta
+
+    assert TileConfig.parse("128x64-w8-s3") == TileConfig(128, 64, 8, 3)
+    assert TileConfig.parse(TileConfig(16, 32, 2, 1).name) == TileConfig(16, 32, 2, 1)
+    for bad in ("128x64", "128x48-w8-s2", "8x64-w4-s2", "64x64-w3-s2", "64x64-w4-s0", "64x64-w4-s2 extra"):
+        with pytest.raises(ValueError, match="BMxBN-wW-sS"):
+            TileConfig.parse(bad)
+    normal = launch_meta(torch.float32, 16, None, None)
+    with forced_tiles(TileConfig(64, 128, 8, 3)):
+        meta = launch_meta(torch.float32, 16, None, None)
+        assert (meta["BLOCK_M"], meta["BLOCK_N"], meta["num_warps"], meta["num_stages"]) == (64, 128, 8, 3)
+        assert key_tile_meta(meta) == meta and tra_meta(meta) == meta
+        assert launch_meta(torch.float32, 16, 16, None)["BLOCK_M"] == 16, "tiles given to an op still win"
+    assert launch_meta(torch.float32, 16, None, None) == normal
+
+
+def test_tile_sweep_times_each_configuration_beside_the_default_and_sdpa(device):
+    """``bench_tile_configs``: one row for SDPA, one for the default and one per configuration,
+    the outputs equal to the default's up to the order of the float32 sums; ``best_tiles``
+    picks the fastest forward and backward on its own."""
+    from kernels.tiles import TileConfig
+
+    rows = bench.bench_tile_configs("trela", 32, [TileConfig(16, 16, 4, 2)], tokens=32, d_head=16,
+                                    dtype=torch.float32 if device.type == "cpu" else torch.bfloat16, repeats=1,
+                                    device=device)
+    assert [r["tiles"] for r in rows] == ["sdpa_flash", "default", "16x16-w4-s2"]
+    assert all(r["fwd_bwd_ms"] > 0 for r in rows) and rows[0]["fwd_bwd_vs_sdpa"] == 1
+    assert rows[2]["max_abs_diff_vs_default"] < (1e-5 if device.type == "cpu" else 1e-2)
+
+    def row(tiles, fwd, bwd):
+        return {"kernel": "tra", "T": 8192, "tiles": tiles, "fwd_ms": fwd, "bwd_ms": bwd, "fwd_bwd_ms": fwd + bwd}
+
+    best = bench.best_tiles([row("sdpa_flash", 1.0, 2.0), row("default", 2.0, 10.0), row("a", 1.5, 12.0),
+                             row("b", 3.0, 6.0), row("c", math.nan, math.nan)])
+    assert best == [{"kernel": "tra", "T": 8192, "best_fwd": "a", "best_bwd": "b", "default_vs_sdpa": 4.0,
+                     "best_pair_vs_sdpa": 2.5}]
+
+
+def test_tile_configs_option_refuses_a_bad_name(capsys):
+    from interp.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["bench", "kernels", "--tile-configs", "64x64-w4"])
+    assert "tile configuration '64x64-w4'" in capsys.readouterr().err
+
+
+def test_gpu_check_runs_the_tests_the_benchmark_and_the_tile_sweep_in_order(tmp_path, monkeypatch, capsys):
+    """``kernels.gpu_check.main`` on a (pretended) GPU: the tests, then the benchmark into the card's
+    CSV, then the tile sweep into its own; an unfinished benchmark says how to go on."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from kernels import gpu_check
+
+    calls = []
+
+    def fake_run(command, **kwargs):
+        calls.append(command)
+        unfinished = "--tile-configs" not in command and "--out" in command
+        return SimpleNamespace(returncode=0, stdout="run the same command again" if unfinished else "done", stderr="")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr(gpu_check, "RUNS", tmp_path)
+    monkeypatch.setattr(gpu_check, "missing_modules", lambda: [])
+    assert gpu_check.main([]) == 1, "an unfinished benchmark is not a complete check"
+    tests, benchmark, tiles = calls
+    assert tests[tests.index("-m") + 1] == "pytest"
+    assert benchmark[benchmark.index("--out") + 1] == str(tmp_path / "bench-kernels-h200.csv")
+    assert tiles[tiles.index("--out") + 1] == str(tmp_path / "tiles-h200.csv")
+    out = capsys.readouterr().out
+    assert f"to go on: python3 -m kernels.gpu_check --skip-tests --out {tmp_path / 'bench-kernels-h200.csv'}" in out
+    assert out.strip().endswith(f"tile sweep: complete ({tmp_path / 'tiles-h200.csv'})")

@@ -34,6 +34,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def tile_configs(text: str) -> list:
+    """argparse type of ``--tile-configs``: comma-separated ``kernels.tiles.TileConfig`` names."""
+    from kernels.tiles import TileConfig  # imports triton: only when the option is given
+
+    try:
+        return [TileConfig.parse(name) for name in text.split(",") if name.strip()]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def output_path(text: str) -> str:
     """argparse type of every --out: a name, never the empty string (which would write into the
     current directory unasked)."""
@@ -343,6 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cost-model", action="store_true",
                    help="bench kernels: print each kernel's predicted FLOPs, bytes and roofline time on H100 and "
                         "A100 beside FlashAttention-2's published throughput (predictions: nothing runs)")
+    p.add_argument("--tile-configs", type=tile_configs, default=None, metavar="BMxBN-wW-sS,...",
+                   help="bench kernels: time each kernel at these tile configurations (tiles, warps, stages; e.g. "
+                        "64x64-w4-s3,128x64-w8-s2) beside the default and SDPA, one row each, and print the fastest "
+                        "for the forward and for the backward")
     p.add_argument("--budget-s", type=float, default=float("inf"),
                    help="bench kernels: start no new (kernel, T) pair after this many seconds (resume with --out)")
     p.add_argument("--seq-lens", type=positive_int, nargs="+", default=None,
