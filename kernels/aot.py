@@ -221,13 +221,13 @@ def _worker_init():
 
 
 def compile_matrix(out: str | Path, targets=tuple(TARGETS), dtypes=DTYPES, d_heads=HEAD_DIMS, ops=None,
-                   defaults_only: bool = False, workers: int | None = None, progress=sys.stderr) -> list[dict]:
+                   defaults_only: bool = False, workers: int | None = None, progress=None) -> list[dict]:
     """Compile every kernel of ``ops`` (default: all of :data:`kernels.bench.KERNELS`) for each
     target, dtype and head dim, at every tile configuration of :data:`TILE_CONFIGS` (with
     ``defaults_only``, at the one the dispatcher picks), in ``workers`` processes (default: one
     per core); write ``out/compile.csv`` (:data:`COLUMNS`) and the binaries, and return the rows
-    in matrix order. Progress, with what is left, goes to ``progress``; Triton's cache
-    (``TRITON_CACHE_DIR``) makes a repeated run quick."""
+    in matrix order. Progress, with what is left, goes to ``progress`` (default: standard
+    error); Triton's cache (``TRITON_CACHE_DIR``) makes a repeated run quick."""
     import pandas as pd
 
     from kernels.bench import KERNELS
@@ -255,7 +255,7 @@ def compile_matrix(out: str | Path, targets=tuple(TARGETS), dtypes=DTYPES, d_hea
             bad = sum(bool(problems(r)) for r in rows)
             print(f"[{len(results)}/{len(tasks)}] {op} {target} {dtype} d_head {d} "
                   f"{config.name if config else 'defaults'}: {bad or 'no'} problem{'s' * (bad != 1)}; {left} left, "
-                  f"about {elapsed / len(results) * left:.0f} s", file=progress, flush=True)
+                  f"about {elapsed / len(results) * left:.0f} s", file=progress or sys.stderr, flush=True)
         pool.close()
     finally:
         pool.terminate()  # at once on Ctrl-C: a compile in flight is not worth waiting for
