@@ -48,7 +48,7 @@ import triton
 from torch.overrides import TorchFunctionMode
 
 from kernels.common import interpreting
-from kernels.tiles import HEAD_DIMS, TILE_CONFIGS, TileConfig
+from kernels.tiles import HEAD_DIMS, TILE_CONFIGS, TileConfig, compiling_for
 
 # name -> (backend, arch, warp size) of triton.backends.compiler.GPUTarget
 TARGETS = {"sm_80": ("cuda", 80, 32), "sm_90": ("cuda", 90, 32), "gfx942": ("hip", "gfx942", 64)}
@@ -105,14 +105,16 @@ def _recording(launches: list):
 
 
 @functools.lru_cache(maxsize=None)
-def captured_launches(op: str, dtype: str, d_head: int) -> tuple[Launch, ...]:
+def captured_launches(op: str, dtype: str, d_head: int, target: str) -> tuple[Launch, ...]:
     """The kernel launches of op ``op`` (a name of :data:`kernels.bench.KERNELS`) forward and
-    backward, in launch order, as the wrapper makes them on a GPU for ``dtype`` and ``d_head``."""
+    backward, in launch order, as the wrapper makes them on GPU ``target`` (a key of
+    :data:`TARGETS`, whose default tiles may differ) for ``dtype`` and ``d_head``."""
     from kernels.bench import KERNELS, random_inputs
 
     check_compilable()
+    backend, arch, _ = TARGETS[target]
     recorded = []
-    with _ReportsCuda(), _recording(recorded):
+    with _ReportsCuda(), _recording(recorded), compiling_for(arch if backend == "cuda" else None):
         inputs, _ = random_inputs(op, 1, CAPTURE_POS, CAPTURE_HEADS, d_head, getattr(torch, dtype), "cpu")
         z = KERNELS[op](*inputs)
         grads = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
@@ -168,7 +170,7 @@ def compile_op(op: str, dtype: str, d_head: int, target: str, config: TileConfig
     ``target`` at ``config`` (None: each at the configuration the dispatcher picks); the
     binaries go under ``out/binaries/<target>/``."""
     rows = []
-    for launch in captured_launches(op, dtype, d_head):
+    for launch in captured_launches(op, dtype, d_head, target):
         tiles = config or launch.config()
         row = {"kernel": launch.kernel, "target": target, "dtype": dtype, "d_head": d_head, **asdict(tiles),
                "default": launch.config() == tiles, "status": "ok", "registers": None, "spill_bytes": None,

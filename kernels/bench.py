@@ -31,7 +31,7 @@ import torch.nn.functional as F
 import triton
 
 from kernels.forgetting.triton import forgetting_attention
-from kernels.tiles import TileConfig, default_tiles, forced_tiles
+from kernels.tiles import TileConfig, default_tiles, forced_tiles, gpu_arch
 from kernels.threshold.triton import differential_threshold_attention, threshold_attention
 from kernels.tra.triton import tra_attention
 
@@ -196,7 +196,8 @@ def bench_tile_configs(name: str, n_pos: int, configs: list[TileConfig], tokens:
     fn = KERNELS[name]
     with torch.no_grad():
         default_z = fn(*inputs)
-    default = default_tiles(dtype, d_head).name if device.type == "cuda" else "32x32 under the interpreter"
+    default = (default_tiles(dtype, d_head, gpu_arch(device), name).name if device.type == "cuda"
+               else "32x32 under the interpreter")
     rows = [{"tiles": "sdpa_flash", **_measure(_sdpa, qkv, repeats, device), "max_abs_diff_vs_default": math.nan,
              "note": ""},
             {"tiles": "default", **_measure(fn, inputs, repeats, device), "max_abs_diff_vs_default": 0.0,

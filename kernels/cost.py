@@ -132,7 +132,8 @@ def _visits(p: Pass, n_pos: int, block_m: int, block_n: int) -> list[int]:
 def pass_cost(p: Pass, n_pos: int, d_head: int = 64, dtype=torch.bfloat16) -> dict:
     """FLOPs, bytes moved once, bytes streamed (atomics included), atomic bytes and tile elements
     (``exp_elements``, ``scan_elements``: those that take an exp, a scan) of launch ``p`` for one
-    sequence-head of ``n_pos`` positions, at the dispatcher's tiles for ``dtype`` and ``d_head``."""
+    sequence-head of ``n_pos`` positions, at the dispatcher's tiles for ``dtype`` and ``d_head`` on a GPU
+    without tiles of its own (those of the H200 table the model is fitted to, measured before Hopper had its own)."""
     tiles = default_tiles(dtype, d_head)
     block_m, block_n = tiles.block_m, tiles.block_n
     element = dtype.itemsize

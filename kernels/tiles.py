@@ -59,24 +59,40 @@ class TileConfig:
 # :func:`tra_meta`); ``glitchlens bench kernels --compile-only`` compiles every kernel at
 # each of them for A100, H100 and MI300.
 TILE_CONFIGS = (TileConfig(64, 32, 4, 2), TileConfig(32, 32, 4, 2), TileConfig(16, 16, 4, 2),
-                TileConfig(16, 16, 8, 2), TileConfig(16, 16, 4, 1), TileConfig(16, 16, 8, 1), TileConfig(32, 32, 8, 1))
+                TileConfig(16, 16, 8, 2), TileConfig(16, 16, 4, 1), TileConfig(16, 16, 8, 1), TileConfig(32, 32, 8, 1),
+                TileConfig(64, 64, 4, 3), TileConfig(64, 32, 4, 3), TileConfig(128, 64, 8, 3))
 
 
-def default_tiles(dtype: torch.dtype, d_head: int) -> TileConfig:
-    """The tiles a GPU launch gets, chosen from the compile table (docs/explanation/kernels-and-cpu-path.md
-    "Compiled for A100, H100 and MI300"): in half precision 64 x 32 up to head dim 64 and
-    32 x 32 at 128; in float32, whose IEEE products (no TF32) run on the FMA units with each
-    thread holding whole operand rows, 16 x 16 (the dK/dV kernels with twice the warps,
-    :func:`key_tile_meta`), with one pipeline stage at head dim 16, where with two ptxas held
-    FoT's dQ kernel to 64 registers on sm_90 and spilled. Larger tiles spilled registers on sm_80
-    or sm_90 (64 x 64, the earlier choice, in most backward kernels)."""
+# Hopper's tiles (CUDA arch 90) in half precision up to head dim 64, per op, from the H200 tile sweep
+# (runs/gpu/tiles-h200.csv): at T = 16384 the fastest fwd+bwd of the seven configurations measured
+# that compile without a register spill for sm_90 (64 x 64 with 4 warps and 3 stages spills in
+# TRA's and TDA's backward); tests/test_kernels.py checks the choice against the file.
+HOPPER_TILES = {"tra": TileConfig(64, 32, 4, 3), "fot": TileConfig(64, 64, 4, 3), "trela": TileConfig(64, 64, 4, 3),
+                "tda": TileConfig(128, 64, 8, 3)}
+
+
+def default_tiles(dtype: torch.dtype, d_head: int, arch: int | None = None, op: str | None = None) -> TileConfig:
+    """The tiles a GPU launch of ``op`` (a name of ``kernels.bench.KERNELS``) gets, chosen from the
+    compile table (docs/explanation/kernels-and-cpu-path.md "Compiled for A100, H100 and MI300")
+    and, on Hopper (``arch`` 90, the CUDA compute capability as major * 10 + minor), from the tile
+    sweep measured on an H200 (:data:`HOPPER_TILES`). In half precision 64 x 32 up to head dim 64
+    (on Hopper, the op's own) and 32 x 32 at 128. In float32, whose IEEE products (no TF32) run on
+    the FMA units with each thread holding whole operand rows, 16 x 16 (the dK/dV kernels with
+    twice the warps, :func:`key_tile_meta`), with one pipeline stage at head dim 16, where with
+    two ptxas held FoT's dQ kernel to 64 registers on sm_90 and spilled. Larger tiles spilled
+    registers on sm_80 or sm_90 (64 x 64, the earlier choice, in most backward kernels with 2
+    stages)."""
     if dtype == torch.float32:
         return TileConfig(16, 16, 4, 1 if d_head == 16 else 2)
+    if arch == 90 and d_head <= 64 and op in HOPPER_TILES:
+        return HOPPER_TILES[op]
     return TileConfig(64, 32, 4, 2) if d_head <= 64 else TileConfig(32, 32, 4, 2)
 
 
-# The configuration every launch takes inside :func:`forced_tiles`, over the dispatcher's choice.
+# The configuration every launch takes inside :func:`forced_tiles`, over the dispatcher's choice;
+# the architecture :func:`gpu_arch` reports inside :func:`compiling_for`.
 _forced: TileConfig | None = None
+_target_arch: int | None = None
 
 
 @contextlib.contextmanager
@@ -99,12 +115,36 @@ def forced_tiles(config: TileConfig):
         _forced = before
 
 
-def launch_meta(dtype: torch.dtype, d_head: int, block_m: int | None, block_n: int | None) -> dict:
+@contextlib.contextmanager
+def compiling_for(arch: int | None):
+    """Inside the block, :func:`gpu_arch` reports ``arch`` (None: not a CUDA GPU) whatever the
+    tensors' device: how ``kernels.aot`` captures the launches a given GPU would make."""
+    global _target_arch
+    before, _target_arch = _target_arch, arch
+    try:
+        yield
+    finally:
+        _target_arch = before
+
+
+def gpu_arch(device: torch.device) -> int | None:
+    """The CUDA compute capability of ``device`` as major * 10 + minor (90 on H100 and H200), None
+    off CUDA (the interpreter, AMD) or inside :func:`compiling_for` its architecture."""
+    if _target_arch is not None or device.type != "cuda":
+        return _target_arch
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor
+
+
+def launch_meta(dtype: torch.dtype, d_head: int, block_m: int | None, block_n: int | None,
+                device: torch.device | None = None, op: str | None = None) -> dict:
     """The compile-time arguments every kernel takes: head dim, dot precision (IEEE for
     float32 inputs: TF32 would move scores across the thresholds), tile sizes (given, or
-    :func:`default_tiles`; 32 x 32 under the interpreter, whose programs run one after another
-    on the CPU; inside :func:`forced_tiles` its configuration) and launch options."""
-    tiles = _forced or default_tiles(dtype, d_head)
+    :func:`default_tiles` of ``op`` for ``device``'s architecture; 32 x 32 under the interpreter, whose
+    programs run one after another on the CPU; inside :func:`forced_tiles` its configuration)
+    and launch options."""
+    arch = gpu_arch(device) if device is not None else _target_arch
+    tiles = _forced or default_tiles(dtype, d_head, arch, op)
     block = (32, 32) if interpreting() and not _forced else (tiles.block_m, tiles.block_n)
     return {"D": d_head, "PREC": "ieee" if dtype == torch.float32 else "tf32",
             "BLOCK_M": block_m or block[0], "BLOCK_N": block_n or block[1],
@@ -286,14 +326,14 @@ def row_dot(x, y):
     return tl.sum(x.to(tl.float32) * y.to(tl.float32), axis=1)
 
 
-def softmax_forward(ctx, kernel, q, k, v, gate, block_m, block_n, meta_for=lambda meta: meta,
+def softmax_forward(ctx, op, kernel, q, k, v, gate, block_m, block_n, meta_for=lambda meta: meta,
                     **options) -> torch.Tensor:
     """Launch a softmax forward ``kernel(Q, K, V, GATE, Z, LSE, strides..., T, H, scale, ...)``,
     one program per query tile and head, from an autograd ``ctx``: returns z in v's dtype and
     saves for the backward q, k, v, the gate, z and the float32 log-sum-exp ``[batch, head, pos]``,
     with the launch parameters (:func:`launch_meta`, through ``meta_for``) in ``ctx.meta``."""
     B, T, H, D = q.shape
-    ctx.meta = meta_for(launch_meta(q.dtype, D, block_m, block_n))
+    ctx.meta = meta_for(launch_meta(q.dtype, D, block_m, block_n, q.device, op))
     z = torch.empty((B, T, H, D), dtype=v.dtype, device=v.device)
     lse = torch.empty((B, H, T), dtype=torch.float32, device=v.device)
     kernel[(triton.cdiv(T, ctx.meta["BLOCK_M"]), B * H)](

@@ -2,6 +2,7 @@
 (``kernels.bench``). Each op's kernel is compared with its reference in ``tests/test_op_<op>.py``."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -260,3 +261,27 @@ def test_gpu_check_runs_the_tests_the_benchmark_and_the_tile_sweep_in_order(tmp_
     out = capsys.readouterr().out
     assert f"to go on: python3 -m kernels.gpu_check --skip-tests --out {tmp_path / 'bench-kernels-h200.csv'}" in out
     assert out.strip().endswith(f"tile sweep: complete ({tmp_path / 'tiles-h200.csv'})")
+
+
+# (kernel, configuration) pairs of the H200 tile sweep that spill registers on sm_90 with the
+# project's Triton (`glitchlens bench kernels --compile-only --targets sm_90`): never a default.
+SPILLS_ON_SM90 = {("tra", "64x64-w4-s3"), ("tda", "64x64-w4-s3")}
+
+
+def test_hopper_default_tiles_are_the_fastest_measured_on_the_h200():
+    """``default_tiles`` on Hopper (arch 90, half precision, head dim 64) is, for each kernel, the
+    configuration of the committed H200 tile sweep with the fastest fwd+bwd at T = 16384, among
+    those that do not spill; elsewhere the tiles are unchanged."""
+    import pandas as pd
+
+    from kernels.tiles import TileConfig, default_tiles
+
+    frame = pd.read_csv(Path(__file__).parents[1] / "runs/gpu/tiles-h200.csv")
+    frame["config"] = frame.tiles.where(frame.tiles != "default", frame.note)  # the default row names its tiles
+    for kernel, rows in frame[(frame["T"] == 16384) & (frame.tiles != "sdpa_flash")].groupby("kernel"):
+        allowed = rows[[(kernel, config) not in SPILLS_ON_SM90 for config in rows.config]]
+        fastest = allowed.loc[allowed.fwd_bwd_ms.idxmin(), "config"]
+        assert default_tiles(torch.bfloat16, 64, 90, kernel).name == fastest, kernel
+    assert default_tiles(torch.bfloat16, 64, 80, "fot") == default_tiles(torch.bfloat16, 64) == TileConfig(64, 32, 4, 2)
+    assert default_tiles(torch.float32, 64, 90, "fot") == default_tiles(torch.float32, 64)
+    assert default_tiles(torch.bfloat16, 128, 90, "fot") == default_tiles(torch.bfloat16, 128)

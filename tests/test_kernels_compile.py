@@ -4,6 +4,7 @@ suite imports triton under its interpreter, which cannot compile. The subset in 
 run (each kernel's default tiles at d_head 64, bf16 for sm_90 and float32 for sm_80)
 fails on a compile error, a spill or shared memory over the limit; the full matrix is opt-in."""
 
+import itertools
 import os
 import re
 import subprocess
@@ -18,8 +19,8 @@ pytest.importorskip("triton", reason="triton is not installed; the kernel tests 
 from interp.cli import main  # noqa: E402
 from kernels.aot import COLUMNS, CUOBJDUMP, SHARED_LIMIT, failures_first, problems  # noqa: E402
 from kernels.common import interpreting  # noqa: E402
-from kernels.tiles import (HEAD_DIMS, TILE_CONFIGS, TileConfig, default_tiles, key_tile_meta, launch_meta,  # noqa: E402
-                           tra_meta)
+from kernels.tiles import (HEAD_DIMS, TILE_CONFIGS, TileConfig, compiling_for, default_tiles,  # noqa: E402
+                           key_tile_meta, launch_meta, tra_meta)
 
 # The environment variables this module reads, {name: (default, meaning)} (docs/reference/environment.md).
 ENVIRONMENT_VARIABLES = {"GLITCHLENS_COMPILE_MATRIX": (
@@ -57,6 +58,9 @@ def test_default_tiles_compile_without_spills_or_atomics(tmp_path):
         assert list(frame.columns) == list(COLUMNS)
         assert set(frame.kernel) == KERNELS and len(frame) == len(KERNELS)
         assert frame.default.all() and (frame.target == target).all()
+        if target == "sm_90":  # Hopper's own tiles (kernels.tiles.default_tiles)
+            assert [(r.kernel, TileConfig(r.block_m, r.block_n, r.num_warps, r.num_stages)) for r in frame.itertuples()] \
+                == [(r.kernel, default_tiles(torch.bfloat16, 64, 90, r.kernel.split("_")[0])) for r in frame.itertuples()]
         assert_fit(frame, tmp_path / target)
         assert "left" in result.stderr, "progress, with what is left, goes to stderr"
         if target == "sm_90":
@@ -72,12 +76,14 @@ def test_the_candidates_are_what_the_dispatcher_picks():
     the dK/dV kernels' and TRA's kernels' own launch options), is among the candidates the full
     matrix compiles, and every candidate is picked somewhere."""
     picked = set()
-    for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        for d_head in HEAD_DIMS:
-            tiles = default_tiles(dtype, d_head)
-            meta = launch_meta(dtype, d_head, tiles.block_m, tiles.block_n)
-            for kernel_meta in (meta, key_tile_meta(meta), tra_meta(meta), key_tile_meta(tra_meta(meta))):
-                picked.add(TileConfig(*(kernel_meta[key] for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))))
+    for dtype, d_head, arch, op in itertools.product((torch.float32, torch.bfloat16, torch.float16), HEAD_DIMS,
+                                                     (None, 80, 90), ("tra", "fot", "trela", "tda")):
+        with compiling_for(arch):
+            tiles = default_tiles(dtype, d_head, arch, op)
+            meta = launch_meta(dtype, d_head, tiles.block_m, tiles.block_n, op=op)
+        assert (meta["num_warps"], meta["num_stages"]) == (tiles.num_warps, tiles.num_stages)
+        for kernel_meta in (meta, key_tile_meta(meta), tra_meta(meta), key_tile_meta(tra_meta(meta))):
+            picked.add(TileConfig(*(kernel_meta[key] for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))))
     assert picked == set(TILE_CONFIGS)
 
 

@@ -126,7 +126,7 @@ class ForgettingAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, c, block_m, block_n):
-        return softmax_forward(ctx, _fwd, q, k, v, c, block_m, block_n)
+        return softmax_forward(ctx, "fot", _fwd, q, k, v, c, block_m, block_n)
 
     @staticmethod
     def backward(ctx, dz):

@@ -181,7 +181,7 @@ class ThresholdAttentionFunction(torch.autograd.Function):
         two = q2 is not None
         B, T, H, D = q1.shape
         q2, k2, lam = (q2, k2, lam) if two else (q1, k1, tau)  # stand-ins for a second view, never used
-        meta = dict(POWER=p, TWO_VIEWS=two, **launch_meta(v.dtype, D, block_m, block_n))
+        meta = dict(POWER=p, TWO_VIEWS=two, **launch_meta(v.dtype, D, block_m, block_n, v.device, "tda" if two else "trela"))
         z = torch.empty((B, T, H, D), dtype=v.dtype, device=v.device)
         _fwd[(triton.cdiv(T, meta["BLOCK_M"]), B * H)](
             q1, k1, q2, k2, v, tau, lam, z, q1.stride(), k1.stride(), q2.stride(), k2.stride(), v.stride(), z.stride(),

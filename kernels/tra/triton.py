@@ -197,7 +197,7 @@ class TRAAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, log_delta, block_m, block_n, skip_zero_tiles):
         ctx.skip_zero_tiles = skip_zero_tiles
-        return softmax_forward(ctx, _fwd, q, k, v, log_delta, block_m, block_n, tra_meta,
+        return softmax_forward(ctx, "tra", _fwd, q, k, v, log_delta, block_m, block_n, tra_meta,
                                SKIP_ZERO_TILES=skip_zero_tiles)
 
     @staticmethod
