@@ -90,12 +90,41 @@ def sweeps_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+# The H200 kernel benchmarks, oldest first: (file, what differed); the last holds the kernels as they are.
+H200_KERNEL_RUNS = (("runs/gpu/bench-kernels-h200.csv", "TRA's backward with atomics; 16384 tokens a batch"),
+                    ("runs/gpu/bench-kernels-h200-2.csv", "TRA's backward without atomics; 32768 tokens a batch"),
+                    ("runs/gpu/bench-kernels-h200-3.csv", "the same, at Hopper's own default tiles"))
+
+
+def gpu_kernels_markdown(root: Path = ROOT) -> str:
+    """fwd+bwd time of each Triton kernel over SDPA's in the same run, at T >= 4096, for each H200
+    benchmark of :data:`H200_KERNEL_RUNS`, then the goals (``kernels.bench.kernel_goals``) on the last."""
+    from kernels.bench import kernel_goals  # imports triton, only when the docs are written or checked
+
+    frames = [pd.read_csv(root / file) for file, _ in H200_KERNEL_RUNS]
+    lengths = sorted({T for frame in frames for T in frame["T"] if T >= 4096})
+    lines = ["| kernel | file | " + " | ".join(f"T = {T}" for T in lengths) + " |",
+             "|---|---|" + "---|" * len(lengths)]
+    for kernel in dict.fromkeys(frames[-1].kernel):
+        for (file, what), frame in zip(H200_KERNEL_RUNS, frames):
+            mine = frame[(frame.kernel == kernel) & (frame.impl == "triton")].set_index("T").fwd_bwd_vs_sdpa
+            cells = [f"{mine[T]:.2f}" if T in mine.index else "" for T in lengths]
+            lines.append(f"| {kernel} | `{Path(file).name}` ({what}) | " + " | ".join(cells) + " |")
+    goals = kernel_goals(frames[-1].fillna({"note": ""}).to_dict("records"))
+    lines += ["", f"The goals on `{Path(H200_KERNEL_RUNS[-1][0]).name}`:", "",
+              "| kernel | goal | worst | limit | met |", "|---|---|---|---|---|"]
+    lines += [f"| {g['kernel']} | {g['goal']} | {g['worst']:.2f} | {g['limit']:g} | {'yes' if g['met'] else 'no'} |"
+              for g in goals]
+    return "\n".join(lines) + "\n"
+
+
 # The generated blocks of the docs: (file, marker) -> what goes between the markers.
 def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
     """A block on lines of its own starts and ends with a newline; the README's is inline."""
     return {("docs/results/claims.md", "claims-table"): "\n" + to_markdown(frame),
             ("docs/results/claims.md", "claims-counts"): "\n" + counts_sentence(frame) + ".\n",
             ("docs/results/claims.md", "sweep-counts"): "\n" + sweeps_markdown(),
+            ("docs/results/benchmarks.md", "gpu-kernels"): "\n" + gpu_kernels_markdown(),
             ("README.md", "claims-counts"): counts_sentence(frame)
             + " ([the claims table](docs/results/claims.md#the-papers-claims-tested))."}
 
