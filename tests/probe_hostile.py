@@ -1,4 +1,4 @@
-"""The hostile-input probe (issue 44): hundreds of cases a careless or malicious user could try,
+"""The hostile-input probe: hundreds of cases a careless or malicious user could try,
 generated from the classes of ``tests/test_hostile.py`` (output folders x writing commands,
 damaged checkpoints x reading commands, odd files x data options, sizes, user text, damaged
 sweep folders and pretrained roots, broken mechanisms), each run with a time limit and

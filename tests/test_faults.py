@@ -1,4 +1,4 @@
-"""Faults from outside (issue 48): two writers on one ``--out``, stop signals to a run and to a
+"""Faults from outside: two writers on one ``--out``, stop signals to a run and to a
 sweep, a closed terminal (SIGHUP), and a storm of Ctrl-C during a checkpoint's save."""
 
 import json

@@ -1,4 +1,4 @@
-"""Hostile input, one test per class of issue 44 (docs/explanation/runs-and-checkpoints.md "What commands write"): every
+"""Hostile input, one test per class (docs/explanation/runs-and-checkpoints.md "What commands write"): every
 case ends in a correct result or a one-line error (exit status 2), never a traceback, a hang,
 a write outside ``--out``, a write through a symbolic link or a user's file replaced unasked.
 ``tests/probe_hostile.py`` runs hundreds of such cases as subprocesses; these are the in-process

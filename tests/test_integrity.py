@@ -1,4 +1,4 @@
-"""What is loaded is what was saved, and every argument means what it says (issues 48 and 49):
+"""What is loaded is what was saved, and every argument means what it says:
 version downgrades, mechanism classes and tasks that do not match, a resume whose step and
 optimiser disagree, a library planted in the kernel cache, crafted listing metadata, empty
 paths, flags that were ignored, non-finite options, invalid tokens and shape-changing hooks."""

@@ -94,7 +94,7 @@ FLIPFLOP_SPECIMENS = [name for name in CPU_ENTRIES if ENTRIES[name].specimen.con
 @pytest.mark.slow   # 1000 held-out sequences of T = 512 per specimen: 10-47 s each
 @pytest.mark.parametrize("name", FLIPFLOP_SPECIMENS)
 def test_every_flipflop_specimen_has_learned_the_task(name):
-    """Issue 11: every specimen reads >= 99% of in-distribution sequences right."""
+    """Every specimen reads >= 99% of in-distribution sequences right."""
     from interp.evaluate import evaluate_tokens
     from interp.studies.reproduce import HELD_OUT_N
     from interp.tasks import held_out
