@@ -22,11 +22,13 @@ lower bound on its time. The shape is FlashAttention-2's benchmark: 16384 tokens
 The roofline priced TRA's float32 atomics at nothing and ranked its backward the cheapest; an
 H200 measured it the slowest (``runs/gpu/bench-kernels-h200.csv``). :func:`calibrate` fits the
 time of a forward or backward pass, in ms, as a non-negative sum of what the kernels do (launches,
-bytes streamed, atomic bytes, exp and scan elements: :data:`FEATURES`) to the rows measured on a
-GPU, and :func:`calibrated_table` predicts each kernel's fwd and bwd from it beside the measured
-rows, with the relative error. The measured code is described as it ran (:data:`AS_MEASURED`:
-TRA's backward with atomics); the current code's estimate (TRA's backward without atomics, FoT's
-with FlashAttention-2's delta inside its dQ kernel) is marked as not measured. ``python -m kernels.cost [CSV]`` prints both.
+FLOPs, bytes streamed, atomic bytes, exp and scan elements: :data:`FEATURES`) to the rows measured
+on a GPU, and :func:`calibrated_table` predicts each kernel's fwd and bwd from it beside the
+measured rows, with the relative error. Each measured file is described by the code it ran
+(:data:`MEASURED_FILES`, :func:`code`): the earlier one (:data:`AS_MEASURED`: TRA's backward with
+atomics) or the current one (TRA's backward without atomics, FoT's with FlashAttention-2's delta
+inside its dQ kernel); for the earlier file's rows the current code's estimate is marked as not
+measured. ``python -m kernels.cost [CSV ...]`` prints them.
 """
 
 from __future__ import annotations
@@ -116,8 +118,13 @@ AS_MEASURED = {
             Pass("bwd", False, Rows(2, 0, 3), Rows(2), Rows(0, 1, 1), 5, atomic=Rows(0, 2), exp=True, scan=True)),
 }
 LAUNCHES_AS_MEASURED = {"tra": (1, 12), "fot": (2, 11), "trela": (11, 5), "tda": (12, 10)}
+# The H200 benchmarks the model is fitted to, each with the code it measured: "earlier" is
+# AS_MEASURED (runs/gpu/bench-kernels-h200.csv), "current" is PASSES with the launches the wrappers
+# make now (runs/gpu/bench-kernels-h200-2.csv: TRA's backward without atomics, at the tiles every GPU
+# but Hopper still gets, which are those :func:`pass_cost` prices).
+MEASURED_FILES = {"runs/gpu/bench-kernels-h200.csv": "earlier", "runs/gpu/bench-kernels-h200-2.csv": "current"}
 # What a pass's time is fitted on (:func:`pass_features`), per sequence-head but for the launches
-FEATURES = ("launches", "bytes_streamed", "bytes_atomic", "exp_elements", "scan_elements")
+FEATURES = ("launches", "flops", "bytes_streamed", "bytes_atomic", "exp_elements", "scan_elements")
 BENCH_HEADS = 4  # kernels.bench.bench_kernel's n_heads, which the measured rows used
 
 
@@ -220,27 +227,44 @@ def _direction(passes, direction: str):
     return [p for p in passes if (p.kernel == "fwd") == (direction == "fwd")]
 
 
-def measured_rows(path: str = "runs/gpu/bench-kernels-h200.csv") -> list[dict]:
-    """The ``triton`` rows of a ``glitchlens bench kernels`` CSV (bf16, head dim 64)."""
+def code(which: str) -> tuple[dict, dict]:
+    """The launches of each op, ``(passes, (forward launches, backward launches))`` by op, of the
+    code ``which`` of :data:`MEASURED_FILES`: "earlier" (:data:`AS_MEASURED`) or "current"
+    (:data:`PASSES`, and :func:`count_launches` of the wrappers as they are)."""
+    if which == "earlier":
+        return AS_MEASURED, LAUNCHES_AS_MEASURED
+    if which != "current":
+        raise ValueError(f"unknown code {which!r}: choose earlier or current")
+    return PASSES, {op: count_launches(op) for op in PASSES}
+
+
+def measured_rows(path: str = "runs/gpu/bench-kernels-h200.csv", which: str | None = None) -> list[dict]:
+    """The ``triton`` rows of a ``glitchlens bench kernels`` CSV (bf16, head dim 64), each with
+    the code it measured (``code``: ``which``, by default :data:`MEASURED_FILES`'s entry for the
+    file, else "current")."""
     import pandas as pd
 
     frame = pd.read_csv(path)
-    return frame[frame.impl == "triton"].to_dict("records")
+    which = which or next((c for f, c in MEASURED_FILES.items() if str(path).endswith(f)), "current")
+    return [{**r, "code": which} for r in frame[frame.impl == "triton"].to_dict("records")]
+
+
+def _features(r: dict, codes: dict, which: str, direction: str) -> list[float]:
+    passes, launches = codes[which]
+    return pass_features(_direction(passes[r["kernel"]], direction), launches[r["kernel"]][direction == "bwd"],
+                         r["T"], r["batch"] * BENCH_HEADS)
 
 
 def calibrate(rows: list[dict]) -> dict[str, float]:
     """ms per unit of each of :data:`FEATURES`, non-negative, fitted to the forward and backward
-    times of the measured ``rows`` (:func:`measured_rows`) described by :data:`AS_MEASURED` and
-    :data:`LAUNCHES_AS_MEASURED`, each row weighted by 1 / its time (relative errors)."""
+    times of the measured ``rows`` (:func:`measured_rows`), each described by the code it measured
+    (:func:`code`), each row weighted by 1 / its time (relative errors)."""
     import numpy as np
     from scipy.optimize import nnls
 
-    X, y = [], []
-    for r in rows:
-        for i, direction in enumerate(("fwd", "bwd")):
-            X.append(pass_features(_direction(AS_MEASURED[r["kernel"]], direction),
-                                   LAUNCHES_AS_MEASURED[r["kernel"]][i], r["T"], r["batch"] * BENCH_HEADS))
-            y.append(r[f"{direction}_ms"])
+    codes = {which: code(which) for which in {r["code"] for r in rows}}
+    X = [_features(r, codes, r["code"], direction) for r in rows for direction in ("fwd", "bwd")]
+    y = [r[f"{direction}_ms"] for r in rows for direction in ("fwd", "bwd")]
     X, y = np.array(X, dtype=float), np.array(y)
     scale = X.max(axis=0)
     coefficients, _ = nnls(X / scale / y[:, None], np.ones(len(y)))
@@ -248,27 +272,29 @@ def calibrate(rows: list[dict]) -> dict[str, float]:
 
 
 def calibrated_table(rows: list[dict], coefficients: dict[str, float] | None = None) -> list[dict]:
-    """Per measured (kernel, T): the calibrated prediction of fwd and bwd (ms) for the code as
-    measured, beside the measured time and the relative error; for a kernel whose code changed
-    since (:data:`PASSES` or its launches differ from :data:`AS_MEASURED`), a second row with the
-    current code's prediction, ``measured`` False and no error."""
+    """Per measured (kernel, T, code): the calibrated prediction of fwd and bwd (ms) for the code as
+    measured, beside the measured time and the relative error; for a row of the earlier code whose
+    kernel changed since (:data:`PASSES` or its launches differ from :data:`AS_MEASURED`), a second
+    row with the current code's prediction, ``measured`` False and no error."""
     coefficients = coefficients or calibrate(rows)
-    current = {op: count_launches(op) for op in PASSES}
+    codes = {which: code(which) for which in ("earlier", "current")}
 
-    def predict(passes, launches, r, i, direction):
-        values = pass_features(_direction(passes, direction), launches[i], r["T"], r["batch"] * BENCH_HEADS)
-        return sum(coefficients[key] * value for key, value in zip(FEATURES, values))
+    def predict(r, which, direction):
+        return sum(coefficients[key] * value for key, value in zip(FEATURES, _features(r, codes, which, direction)))
+
+    def unchanged(op):
+        return all(codes["earlier"][part][op] == codes["current"][part][op] for part in (0, 1))
 
     table = []
     for r in rows:
-        op = r["kernel"]
-        for passes, launches, measured in ((AS_MEASURED[op], LAUNCHES_AS_MEASURED[op], True),
-                                           (PASSES[op], current[op], False)):
-            if not measured and passes == AS_MEASURED[op] and launches == LAUNCHES_AS_MEASURED[op]:
+        for which in dict.fromkeys((r["code"], "current")):
+            measured = which == r["code"]
+            if not measured and unchanged(r["kernel"]):
                 continue
-            row = {"kernel": op, "T": r["T"], "code": "as measured" if measured else "current (not measured)"}
-            for i, direction in enumerate(("fwd", "bwd")):
-                predicted = predict(passes, launches, r, i, direction)
+            row = {"kernel": r["kernel"], "T": r["T"], "code": which if measured else "current (not measured)",
+                   "measured": measured}
+            for direction in ("fwd", "bwd"):
+                predicted = predict(r, which, direction)
                 row[f"{direction}_ms"] = r[f"{direction}_ms"] if measured else float("nan")
                 row[f"{direction}_predicted_ms"] = predicted
                 row[f"{direction}_error"] = predicted / r[f"{direction}_ms"] - 1 if measured else float("nan")
@@ -277,19 +303,19 @@ def calibrated_table(rows: list[dict], coefficients: dict[str, float] | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m kernels.cost [CSV]``: the calibrated model against a ``glitchlens bench
-    kernels`` CSV (default: the H200's), its coefficients and errors."""
+    """``python -m kernels.cost [CSV ...]``: the model calibrated on ``glitchlens bench kernels``
+    CSVs (default: those of :data:`MEASURED_FILES`), its coefficients and errors."""
     import sys
 
     import pandas as pd
 
     argv = sys.argv[1:] if argv is None else argv
-    rows = measured_rows(*argv[:1])
+    rows = [r for path in argv or MEASURED_FILES for r in measured_rows(path)]
     coefficients = calibrate(rows)
     table = pd.DataFrame(calibrated_table(rows, coefficients))
-    errors = table.loc[table.code == "as measured", ["fwd_error", "bwd_error"]].abs().stack()
+    errors = table.loc[table.measured, ["fwd_error", "bwd_error"]].abs().stack()
     print("calibrated: " + ", ".join(f"{key} {value:.3g} ms" for key, value in coefficients.items()))
-    print(table.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    print(table.drop(columns="measured").to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     print(f"relative error against the {len(errors)} measured times: median {errors.median():.0%}, "
           f"max {errors.max():.0%}")
     return 0

@@ -141,35 +141,39 @@ def test_gpu_check_names_the_card_and_never_writes_over_a_file(tmp_path, capsys)
 
 
 def test_calibrated_cost_model_ranks_the_backward_kernels_as_measured(capsys):
-    """The cost model fitted to the H200's rows (``runs/gpu/bench-kernels-h200.csv``): at every
-    T >= 4096 it orders the four backward kernels as measured wherever the measured times are
-    more than 15% apart (TRA's with atomics the slowest, trela's the fastest), and puts FoT's and
-    TDA's, measured within 3-11% of each other in an order that flips between T = 8192 and
-    16384, within 10% of each other. TRA's backward without atomics (and FoT's with the delta in
-    its dQ kernel) gets its own estimate, not measured; ``python -m kernels.cost`` prints the
-    errors."""
+    """The cost model fitted to both H200 benchmarks (``kernels.cost.MEASURED_FILES``: the earlier
+    code, TRA's backward with atomics, and the current one), each row described by the code it
+    measured: at every T >= 4096 of each file it orders the four backward kernels as measured
+    wherever the measured times are more than 15% apart (TRA's the slowest, trela's the fastest),
+    and on the earlier file puts FoT's and TDA's, measured within 3-11% of each other in an order
+    that flips between T = 8192 and 16384, within 10% of each other. For the earlier file's rows,
+    TRA's current backward gets its own estimate, marked not measured; ``python -m kernels.cost``
+    prints the errors."""
     import itertools
-    from pathlib import Path
 
     from kernels import cost
 
-    rows = cost.measured_rows(Path(__file__).parents[1] / "runs/gpu/bench-kernels-h200.csv")
+    root = Path(__file__).parents[1]
+    rows = [r for path in cost.MEASURED_FILES for r in cost.measured_rows(root / path)]
+    assert {r["code"] for r in rows} == {"earlier", "current"}
     assert cost.count_launches("tra") == (1, 2) and cost.count_launches("fot") == (2, 6)
     assert {op: cost.count_launches(op) for op in ("trela", "tda")} == {
         op: cost.LAUNCHES_AS_MEASURED[op] for op in ("trela", "tda")}, "unchanged since measured"
     table = cost.calibrated_table(rows)
-    for T in (4096, 8192, 16384):
-        at = {r["kernel"]: r for r in table if r["T"] == T and r["code"] == "as measured"}
-        for a, b in itertools.combinations(at, 2):
-            measured = at[a]["bwd_ms"] / at[b]["bwd_ms"]
-            predicted = at[a]["bwd_predicted_ms"] / at[b]["bwd_predicted_ms"]
-            if abs(math.log(measured)) > math.log(1.15):
-                assert (measured > 1) == (predicted > 1), (T, a, b, measured, predicted)
-        assert abs(math.log(at["fot"]["bwd_predicted_ms"] / at["tda"]["bwd_predicted_ms"])) < math.log(1.1)
-        new = next(r for r in table if r["T"] == T and r["kernel"] == "tra" and r["code"] != "as measured")
-        assert math.isnan(new["bwd_ms"]) and new["bwd_predicted_ms"] < at["tra"]["bwd_predicted_ms"] / 2
-    assert cost.main([str(Path(__file__).parents[1] / "runs/gpu/bench-kernels-h200.csv")]) == 0
-    assert "relative error against the 48 measured times" in capsys.readouterr().out
+    for which in ("earlier", "current"):
+        for T in sorted({r["T"] for r in rows if r["code"] == which and r["T"] >= 4096}):
+            at = {r["kernel"]: r for r in table if r["T"] == T and r["code"] == which}
+            for a, b in itertools.combinations(at, 2):
+                measured = at[a]["bwd_ms"] / at[b]["bwd_ms"]
+                predicted = at[a]["bwd_predicted_ms"] / at[b]["bwd_predicted_ms"]
+                if abs(math.log(measured)) > math.log(1.15):
+                    assert (measured > 1) == (predicted > 1), (which, T, a, b, measured, predicted)
+            if which == "earlier":
+                assert abs(math.log(at["fot"]["bwd_predicted_ms"] / at["tda"]["bwd_predicted_ms"])) < math.log(1.1)
+                new = next(r for r in table if r["T"] == T and r["kernel"] == "tra" and not r["measured"])
+                assert math.isnan(new["bwd_ms"]) and new["bwd_predicted_ms"] < at["tra"]["bwd_predicted_ms"] / 2
+    assert cost.main([str(root / path) for path in cost.MEASURED_FILES]) == 0
+    assert f"relative error against the {2 * len(rows)} measured times" in capsys.readouterr().out
 
 
 def test_bench_notes_a_reference_that_refuses_its_maps(device):
