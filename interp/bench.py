@@ -233,6 +233,64 @@ def bench_tiles(checkpoint: str, n: int = 8, seq_len: int = 512) -> list[dict]:
             for layer, pattern in maps["pattern"].items()]
 
 
+# The Triton kernels that can skip all-zero key tiles, by the module and name a model calls them through.
+SKIPPING_KERNELS = {"tra": ("kernels.tra.triton", "tra_attention"),
+                    "trela": ("kernels.threshold.triton", "threshold_attention"),
+                    "tda": ("kernels.threshold.triton", "differential_threshold_attention")}
+
+
+def captured_kernel_calls(model, tokens: np.ndarray) -> list[tuple[str, tuple, dict]]:
+    """``(kernel, args, kwargs)`` of every call the model makes to a Triton kernel of
+    :data:`SKIPPING_KERNELS` on ``tokens``, layer 0 first, run with ``attention_impl="triton"``
+    (on CUDA, or on the CPU under ``TRITON_INTERPRET=1``) and without gradients."""
+    import importlib
+
+    calls, patched = [], []
+    for name, (module_name, function) in SKIPPING_KERNELS.items():
+        module = importlib.import_module(module_name)
+        original = getattr(module, function)
+
+        def recording(*args, _name=name, _original=original, **kwargs):
+            calls.append((_name, args, {k: v for k, v in kwargs.items() if k != "skip_zero_tiles"}))
+            return _original(*args, **kwargs)
+
+        patched.append((module, function, original))
+        setattr(module, function, recording)
+    impl, model.cfg.attention_impl = model.cfg.attention_impl, "triton"
+    try:
+        with torch.no_grad():
+            model(torch.as_tensor(tokens, device=next(model.parameters()).device))
+    finally:
+        model.cfg.attention_impl = impl
+        for module, function, original in patched:
+            setattr(module, function, original)
+    return calls
+
+
+def bench_skip_gain(checkpoint: str, n: int = 64, seq_len: int = 512, repeats: int = 10) -> list[dict]:
+    """Per layer of a trained TRA, trela or TDA checkpoint: its Triton kernel's forward time on
+    the inputs it gets from ``n`` iid sequences (T = ``seq_len``), with and without
+    ``skip_zero_tiles`` (``kernels.bench.bench_zero_tile_skipping``, which also checks that the
+    outputs are equal), on the GPU, or on the CPU under ``TRITON_INTERPRET=1``. The model's own
+    dtype (float32 for the shipped specimens) and the dispatcher's tiles."""
+    from interp.tasks import load_split
+    from kernels.bench import bench_zero_tile_skipping
+    from kernels.common import interpreting
+    from models import load
+
+    if not torch.cuda.is_available() and not interpreting():
+        raise ValueError("bench tiles --skip-gain times the Triton kernels: it needs a CUDA GPU, or "
+                         "TRITON_INTERPRET=1 to run them (slowly) on the CPU")
+    model = load(checkpoint, "cuda" if torch.cuda.is_available() else "cpu")
+    if model.cfg.model not in SKIPPING_KERNELS:
+        raise ValueError(f"bench tiles --skip-gain: the {model.cfg.model} model has no kernel that skips zero tiles "
+                         f"(those of {', '.join(SKIPPING_KERNELS)} do)")
+    calls = captured_kernel_calls(model, load_split("iid", n)[:, :seq_len])
+    return [{"layer": layer, "kernel": name, **{k: v for k, v in bench_zero_tile_skipping(
+                name, *args, repeats=repeats, **kwargs).items() if k != "kernel"}}
+            for layer, (name, args, kwargs) in enumerate(calls)]
+
+
 def forward_flops(cfg, n_pos: int, causal: bool = True, last_layer_queries=None) -> int:
     """Multiply-add FLOPs (2 per multiply-add) of one sequence of ``n_pos`` tokens through
     the model, read from its config: per layer the Q, K, V, O projections (and TDA's second
@@ -430,6 +488,11 @@ def run(what: str, args) -> int:
         if not args.checkpoint:
             raise ValueError("bench tiles needs a checkpoint: glitchlens bench tiles CKPT")
         _print_rows(bench_tiles(args.checkpoint), f"all-zero key tiles of {args.checkpoint}, 8 iid sequences, T=512")
+        if args.skip_gain:
+            where = torch.cuda.get_device_name() if torch.cuda.is_available() else "the CPU under Triton's interpreter"
+            _print_rows(bench_skip_gain(args.checkpoint, repeats=args.repeats),
+                        f"forward of each layer's kernel on {where} with and without skip_zero_tiles, on the inputs of "
+                        f"64 iid sequences, T=512 (speedup: dense / skip, median of {args.repeats})")
     elif what == "eval":
         names = tuple(args.models.split(",")) if args.models else EVAL_MODELS
         rows, rates = bench_eval(names, n=args.n, repeats=args.repeats, baseline=not args.no_baseline)

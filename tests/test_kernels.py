@@ -289,3 +289,23 @@ def test_hopper_default_tiles_are_the_fastest_measured_on_the_h200():
     assert default_tiles(torch.bfloat16, 64, 80, "fot") == default_tiles(torch.bfloat16, 64) == TileConfig(64, 32, 4, 2)
     assert default_tiles(torch.float32, 64, 90, "fot") == default_tiles(torch.float32, 64)
     assert default_tiles(torch.bfloat16, 128, 90, "fot") == default_tiles(torch.bfloat16, 128)
+
+
+@pytest.mark.parametrize("specimen", ["tda-beta1", "tra-mech"])
+def test_skip_gain_times_each_layers_kernel_on_the_checkpoints_own_inputs(specimen, device):
+    """``glitchlens bench tiles CKPT --skip-gain``: the calls a trained model makes to its Triton
+    kernel, one per layer, captured on iid sequences and timed with and without
+    ``skip_zero_tiles`` (whose output must equal the dense one)."""
+    from interp.bench import bench_skip_gain
+
+    checkpoint = Path(__file__).parents[1] / "models/pretrained" / specimen
+    rows = bench_skip_gain(str(checkpoint), n=2, seq_len=32, repeats=1)
+    assert [(r["layer"], r["kernel"]) for r in rows] == [(0, specimen[:3]), (1, specimen[:3])]
+    assert all(r["dense_ms"] > 0 and r["skip_ms"] > 0 and r["speedup"] > 0 for r in rows)
+
+
+def test_skip_gain_refuses_a_model_without_a_skipping_kernel():
+    from interp.bench import bench_skip_gain
+
+    with pytest.raises(ValueError, match="the rope model has no kernel that skips zero tiles"):
+        bench_skip_gain(str(Path(__file__).parents[1] / "models/pretrained/rope-mech"), n=1, seq_len=8)

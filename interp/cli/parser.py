@@ -350,6 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--defaults-only", action="store_true",
                    help="bench kernels --compile-only: only the tile configuration the dispatcher picks for each "
                         "dtype and head dim")
+    p.add_argument("--skip-gain", action="store_true",
+                   help="bench tiles: also time each layer's Triton kernel (TRA, trela, TDA) forward with and without "
+                        "skip_zero_tiles on the checkpoint's own inputs (a GPU, or TRITON_INTERPRET=1)")
     p.add_argument("--cost-model", action="store_true",
                    help="bench kernels: print each kernel's predicted FLOPs, bytes and roofline time on H100 and "
                         "A100 beside FlashAttention-2's published throughput (predictions: nothing runs)")
