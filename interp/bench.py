@@ -143,12 +143,13 @@ def bench_kernels(out: str | Path | None = None, budget_s: float = float("inf"),
                   **options) -> tuple[list[dict], bool]:
     """``measure(name, T, **options)`` for every kernel at every T (default
     ``kernels.bench.SEQ_LENS``): by default :func:`kernels.bench.bench_kernel` next to the
-    references, or e.g. :func:`kernels.bench.bench_tile_configs` with its configurations. With ``out``, a
-    CSV file: the (kernel, T) pairs it holds are not run again, each new pair's rows are
-    appended as soon as they are measured, and no new pair starts once ``budget_s`` seconds have
-    passed (each call runs at least one), so that a long benchmark runs as a series of short,
-    resumable calls (of the same command: the file does not record the options). Returns the
-    rows (the file's and the new ones) and whether every pair is done."""
+    references, or e.g. :func:`kernels.bench.bench_tile_configs` with its configurations; each
+    pair's progress, with what is left, goes to standard error. With ``out``, a CSV file: the
+    (kernel, T) pairs it holds are not run again, each new pair's rows are appended as soon as
+    they are measured, and no new pair starts once ``budget_s`` seconds have passed (each call
+    runs at least one), so that a long benchmark runs as a series of short, resumable calls (of
+    the same command: the file does not record the options). Returns the rows (the file's and
+    the new ones) and whether every pair is done."""
     import pandas as pd
 
     from kernels.bench import KERNELS, SEQ_LENS, bench_kernel
@@ -162,7 +163,10 @@ def bench_kernels(out: str | Path | None = None, budget_s: float = float("inf"),
         rows += new
         if out:
             pd.DataFrame(new).to_csv(out, mode="a", header=not Path(out).exists(), index=False)
-        if time.perf_counter() - start > budget_s and i + 1 < len(todo):
+        elapsed, left = time.perf_counter() - start, len(todo) - i - 1
+        print(f"[{i + 1}/{len(todo)}] {name} T = {n_pos} measured; {left} left, about {elapsed / (i + 1) * left:.0f} s",
+              file=sys.stderr, flush=True)
+        if elapsed > budget_s and left:
             return rows, False
     return rows, True
 

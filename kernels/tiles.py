@@ -17,6 +17,7 @@ triton is first imported (the test suite does this).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -132,7 +133,14 @@ def gpu_arch(device: torch.device) -> int | None:
     off CUDA (the interpreter, AMD) or inside :func:`compiling_for` its architecture."""
     if _target_arch is not None or device.type != "cuda":
         return _target_arch
-    major, minor = torch.cuda.get_device_capability(device)
+    return _cuda_arch(torch.cuda.current_device() if device.index is None else device.index)
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_arch(index: int) -> int:
+    """A CUDA device's compute capability as major * 10 + minor, asked once per device (a launch
+    should not pay a driver query)."""
+    major, minor = torch.cuda.get_device_capability(index)
     return 10 * major + minor
 
 

@@ -64,7 +64,9 @@ def test_bench_kernels_command_resumes(tmp_path, device, capsys):
     command = ["bench", "kernels", "--seq-lens", "16", "--tokens", "16", "--d-head", "16", "--repeats", "1",
                "--budget-s", "0", "--out", str(out)]
     assert main(command) == 0
-    assert "run the same command again" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "run the same command again" in printed.out
+    assert "[1/4]" in printed.err and "3 left" in printed.err, "progress, with what is left, goes to stderr"
     assert set(pd.read_csv(out).kernel) == {KERNEL_MODELS[0]}, "a budget of 0 s runs one pair"
     assert main(command) == 0
     frame = pd.read_csv(out)
