@@ -91,14 +91,26 @@ def _fwd(Q1, K1, Q2, K2, V, TAU, LAM, Z, sq1, sk1, sq2, sk2, sv, sz, T, H,
 
 
 @triton.jit
-def _tile_grads(s1, s2, dA, tau, lam, causal, POWER: tl.constexpr, TWO_VIEWS: tl.constexpr):
-    """Recompute one tile from its scores s1 (and s2) and dA = dO V^T: the applied weights w,
-    the score gradients ds1 (and ds2), and dA * a2 (lam's gradient density). With one view,
-    s2 is not read, and ds2 and dA * a2 are returned as ds1 and never used."""
+def _views(s1, s2, tau, causal, POWER: tl.constexpr, TWO_VIEWS: tl.constexpr):
+    """Both views of one tile and their derivatives, ``a1, g1, a2, g2`` (with one view, s2 is not
+    read and the second pair is the first), and ``support``: non-negative, and zero exactly where
+    every one of them is, so that a tile whose support is all zero adds exactly nothing to any
+    gradient."""
     a1, g1 = _view(s1, tau, causal, POWER)
-    ds1 = dA * g1
     if TWO_VIEWS:
         a2, g2 = _view(s2, tau, causal, POWER)
+        return a1, g1, a2, g2, a1 + g1 + a2 + g2
+    else:
+        return a1, g1, a1, g1, a1 + g1
+
+
+@triton.jit
+def _tile_grads(a1, g1, a2, g2, dA, lam, TWO_VIEWS: tl.constexpr):
+    """One tile's applied weights w, score gradients ds1 (and ds2) and dA * a2 (lam's gradient
+    density) from its views (:func:`_views`) and dA = dO V^T. With one view, ds2 and dA * a2 are
+    returned as ds1 and never used."""
+    ds1 = dA * g1
+    if TWO_VIEWS:
         return a1 - lam * a2, ds1, -lam * dA * g2, dA * a2
     else:
         return a1, ds1, ds1, ds1
@@ -107,8 +119,10 @@ def _tile_grads(s1, s2, dA, tau, lam, causal, POWER: tl.constexpr, TWO_VIEWS: tl
 @triton.jit
 def _bwd_dkdv(Q1, K1, Q2, K2, V, TAU, LAM, DO, DK1, DK2, DV, sq1, sk1, sq2, sk2, sv, so, sg, T, H,
               D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POWER: tl.constexpr,
-              TWO_VIEWS: tl.constexpr, PREC: tl.constexpr):
-    """One key tile: dK1 (dK2) and dV, all with strides ``sg``."""
+              TWO_VIEWS: tl.constexpr, PREC: tl.constexpr, SKIP_ZERO_TILES: tl.constexpr):
+    """One key tile: dK1 (dK2) and dV, all with strides ``sg``. With ``SKIP_ZERO_TILES``, a query
+    tile where both views and their derivatives are zero loads no dO and runs no product but the
+    scores."""
     b, h, bh, offs_n = program_tile(H, BLOCK_N)
     Q1, Q2, DO, TAU = head_base(Q1, b, h, sq1), head_base(Q2, b, h, sq2), head_base(DO, b, h, so), rows_base(TAU, bh, T)
     K1, K2, V = head_base(K1, b, h, sk1), head_base(K2, b, h, sk2), head_base(V, b, h, sv)
@@ -121,15 +135,18 @@ def _bwd_dkdv(Q1, K1, Q2, K2, V, TAU, LAM, DO, DK1, DK2, DV, sq1, sk1, sq2, sk2,
     for start_m in range((tl.program_id(0) * BLOCK_N) // BLOCK_M * BLOCK_M, T, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q1, q2 = _view_rows(Q1, Q2, offs_m, T, sq1, sq2, D, TWO_VIEWS)
-        do = load_tile(DO, offs_m, T, so, D)
         s1 = key_tile_products(q1, k1, Q1, K1, offs_m, offs_n, T, sq1, sk1, D, PREC)
         s2 = key_tile_products(q2, k2, Q2, K2, offs_m, offs_n, T, sq2, sk2, D, PREC) if TWO_VIEWS else s1
-        w, ds1, ds2, _ = _tile_grads(s1, s2, key_tile_products(do, v, DO, V, offs_m, offs_n, T, so, sv, D, PREC),
-                                     load_row(TAU, offs_m, T), lam, causal_tile(offs_m, offs_n, T), POWER, TWO_VIEWS)
-        dv += tl.dot(tl.trans(w).to(do.dtype), do, input_precision=PREC)
-        dk1 += tl.dot(tl.trans(ds1).to(q1.dtype), q1, input_precision=PREC)
-        if TWO_VIEWS:
-            dk2 += tl.dot(tl.trans(ds2).to(q2.dtype), q2, input_precision=PREC)
+        a1, g1, a2, g2, support = _views(s1, s2, load_row(TAU, offs_m, T), causal_tile(offs_m, offs_n, T), POWER,
+                                         TWO_VIEWS)
+        if tile_needed(support, SKIP_ZERO_TILES):
+            do = load_tile(DO, offs_m, T, so, D)
+            w, ds1, ds2, _ = _tile_grads(a1, g1, a2, g2, key_tile_products(do, v, DO, V, offs_m, offs_n, T, so, sv, D,
+                                                                           PREC), lam, TWO_VIEWS)
+            dv += tl.dot(tl.trans(w).to(do.dtype), do, input_precision=PREC)
+            dk1 += tl.dot(tl.trans(ds1).to(q1.dtype), q1, input_precision=PREC)
+            if TWO_VIEWS:
+                dk2 += tl.dot(tl.trans(ds2).to(q2.dtype), q2, input_precision=PREC)
     store_tile(head_base(DK1, b, h, sg), offs_n, T, sg, dk1, D)
     store_tile(head_base(DV, b, h, sg), offs_n, T, sg, dv, D)
     if TWO_VIEWS:
@@ -139,8 +156,10 @@ def _bwd_dkdv(Q1, K1, Q2, K2, V, TAU, LAM, DO, DK1, DK2, DV, sq1, sk1, sq2, sk2,
 @triton.jit
 def _bwd_dq(Q1, K1, Q2, K2, V, TAU, LAM, DO, DQ1, DQ2, DTAU, DLAM, sq1, sk1, sq2, sk2, sv, so, sg, T, H,
             D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POWER: tl.constexpr,
-            TWO_VIEWS: tl.constexpr, PREC: tl.constexpr):
-    """One query tile: dQ1 (dQ2) with strides ``sg``, dtau_i and the per-row part of dlam."""
+            TWO_VIEWS: tl.constexpr, PREC: tl.constexpr, SKIP_ZERO_TILES: tl.constexpr):
+    """One query tile: dQ1 (dQ2) with strides ``sg``, dtau_i and the per-row part of dlam. With
+    ``SKIP_ZERO_TILES``, a key tile where both views and their derivatives are zero loads no V
+    and runs no product but the scores."""
     b, h, bh, offs_m = program_tile(H, BLOCK_M)
     K1, K2, V = head_base(K1, b, h, sk1), head_base(K2, b, h, sk2), head_base(V, b, h, sv)
     lam = tl.load(LAM + bh)
@@ -156,14 +175,16 @@ def _bwd_dq(Q1, K1, Q2, K2, V, TAU, LAM, DO, DQ1, DQ2, DTAU, DLAM, sq1, sk1, sq2
         k1, k2 = _view_rows(K1, K2, offs_n, T, sk1, sk2, D, TWO_VIEWS)
         s1 = tl.dot(q1, tl.trans(k1), input_precision=PREC)
         s2 = tl.dot(q2, tl.trans(k2), input_precision=PREC) if TWO_VIEWS else s1
-        dA = tl.dot(do, tl.trans(load_tile(V, offs_n, T, sv, D)), input_precision=PREC)
-        _, ds1, ds2, dA_a2 = _tile_grads(s1, s2, dA, tau, lam, causal_tile(offs_m, offs_n, T), POWER, TWO_VIEWS)
-        dq1 += tl.dot(ds1.to(k1.dtype), k1, input_precision=PREC)
-        dtau -= tl.sum(ds1, axis=1)
-        if TWO_VIEWS:
-            dq2 += tl.dot(ds2.to(k2.dtype), k2, input_precision=PREC)
-            dtau -= tl.sum(ds2, axis=1)
-            dlam -= tl.sum(dA_a2, axis=1)
+        a1, g1, a2, g2, support = _views(s1, s2, tau, causal_tile(offs_m, offs_n, T), POWER, TWO_VIEWS)
+        if tile_needed(support, SKIP_ZERO_TILES):
+            dA = tl.dot(do, tl.trans(load_tile(V, offs_n, T, sv, D)), input_precision=PREC)
+            _, ds1, ds2, dA_a2 = _tile_grads(a1, g1, a2, g2, dA, lam, TWO_VIEWS)
+            dq1 += tl.dot(ds1.to(k1.dtype), k1, input_precision=PREC)
+            dtau -= tl.sum(ds1, axis=1)
+            if TWO_VIEWS:
+                dq2 += tl.dot(ds2.to(k2.dtype), k2, input_precision=PREC)
+                dtau -= tl.sum(ds2, axis=1)
+                dlam -= tl.sum(dA_a2, axis=1)
     store_tile(head_base(DQ1, b, h, sg), offs_m, T, sg, dq1, D)
     store_row(rows_base(DTAU, bh, T), offs_m, T, dtau)
     if TWO_VIEWS:
@@ -181,13 +202,14 @@ class ThresholdAttentionFunction(torch.autograd.Function):
         two = q2 is not None
         B, T, H, D = q1.shape
         q2, k2, lam = (q2, k2, lam) if two else (q1, k1, tau)  # stand-ins for a second view, never used
-        meta = dict(POWER=p, TWO_VIEWS=two, **launch_meta(v.dtype, D, block_m, block_n, v.device, "tda" if two else "trela"))
+        meta = dict(POWER=p, TWO_VIEWS=two,
+                    **launch_meta(v.dtype, D, block_m, block_n, v.device, "tda" if two else "trela"))
         z = torch.empty((B, T, H, D), dtype=v.dtype, device=v.device)
         _fwd[(triton.cdiv(T, meta["BLOCK_M"]), B * H)](
             q1, k1, q2, k2, v, tau, lam, z, q1.stride(), k1.stride(), q2.stride(), k2.stride(), v.stride(), z.stride(),
             T, H, SKIP_ZERO_TILES=skip_zero_tiles, **meta)
         ctx.save_for_backward(q1, k1, q2, k2, v, tau, lam)
-        ctx.meta = meta
+        ctx.meta = {**meta, "SKIP_ZERO_TILES": skip_zero_tiles}
         return z
 
     @staticmethod
@@ -229,8 +251,10 @@ def threshold_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta,
 
     Shapes and semantics in the module docstring. ``block_m``/``block_n`` override the tile
     sizes (powers of two >= 16); ``skip_zero_tiles`` skips the V load and P V product of
-    all-zero key tiles in the forward pass (exact; whether it pays depends on the sparsity,
-    see ``kernels.bench.zero_tile_fraction``)."""
+    all-zero key tiles in the forward pass, and in the backward every load and product but the
+    scores of tiles where the view and its derivative are zero (exact; whether it pays depends
+    on the sparsity, see ``kernels.bench.zero_tile_fraction`` and ``glitchlens bench tiles CKPT
+    --skip-gain``)."""
     B, T, H, D = check_heads(q, k, v)
     tau = _tau(B, T, H, D, beta, kappa, v.device)
     return ThresholdAttentionFunction.apply(q, k, None, None, v, tau, None, _check_power(p), block_m, block_n,
