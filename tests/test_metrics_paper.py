@@ -123,6 +123,12 @@ def test_raw_logits_and_tails_by_hand():
     assert frame["mean"].iloc[0] == pytest.approx(mean) and frame.sigma.iloc[0] == pytest.approx(sigma)
     expected = [np.mean(np.abs(entries - mean) > k * sigma) for k in (2, 3, 4)]
     assert frame.value.tolist() == pytest.approx(expected) and expected == [1 / 21, 1 / 21, 1 / 21]
+    assert frame.low.isna().all() and frame.high.isna().all(), "one sequence: no interval over sequences"
+    # two sequences, the outlier in the first: rates 1/21 and 0, t interval with 1 degree of freedom
+    two = torch.cat([s, torch.zeros(1, 1, 6, 6)])
+    at4 = tail_probabilities(two).set_index("k").loc[4]
+    half = 12.7062047 * np.std([1 / 21, 0.0], ddof=1) / np.sqrt(2)
+    assert (at4.value, at4.low, at4.high) == pytest.approx((1 / 42, 1 / 42 - half, 1 / 42 + half))
 
 
 def test_dependency_histogram_shares_wrong_reads_and_rates_by_hand():

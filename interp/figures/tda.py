@@ -302,8 +302,7 @@ def times(ratio: float) -> str:
 @caption("06_logit_tails")
 def caption_logit_tails(data: pd.DataFrame) -> str:
     def rate(row: pd.Series) -> str:
-        low, high = wilson_interval(round(row.value * row.n_entries), row.n_entries)
-        return f"{row.value:.2g} ({low:.2g}-{high:.2g})"
+        return f"{row.value:.2g} ({row.low:.2g}-{row.high:.2g})"
 
     per_k = "; ".join(f"k = {k:g}: {rate(rows.loc[rows.value.idxmin()])} to {rate(rows.loc[rows.value.idxmax()])}, "
                       f"{times(rows.value.min() / rows.gaussian.iloc[0])} to {times(rows.value.max() / rows.gaussian.iloc[0])}"
@@ -313,19 +312,25 @@ def caption_logit_tails(data: pd.DataFrame) -> str:
             "before the L2 normalisation that makes TDA's scores cosines; mean and sigma per layer and view over "
             f"the causal entries), on {one(data, 'n_sequences')} iid sequences of T = {one(data, 'seq_len')}, beside "
             f"N(0, 1) (dashed). Over the {data.groupby(['layer', 'map']).ngroups} layer-views of "
-            f"{int(data.n_entries.min()):,} causal entries each (95% Wilson intervals, the entries taken as "
-            f"independent), {per_k} (the paper's "
+            f"{int(data.n_entries.min()):,} causal entries each (95% t intervals over the {one(data, 'n_sequences')} "
+            f"sequences, each sequence's rate one draw), {per_k} (the paper's "
             f"layers at k = 4: {PAPER_TAIL_K4[0]:g} to {PAPER_TAIL_K4[1]:g}). The CSV is the table: one row per layer, view and k.")
+
+
+# Sequences of Table 7's tails: the interval is over sequences (the entries of one are not
+# independent draws), so more of them than the other figures' N_SEQUENCES.
+N_TAIL_SEQUENCES = 16
 
 
 @register("logit_tails", {"06_logit_tails": "Tails of TDA's raw attention logits against a Gaussian (TDA paper Table 7)"})
 def figure_logit_tails(load: Loader, ks: Sequence[float] = (2, 3, 4)) -> list[PaperFigure]:
     """TDA paper Table 7: P(|s - mean| > k sigma) of the TDA specimen's raw logits per layer and view."""
     model = load(TDA_BETA1)
-    _, maps = capture_maps(model, load_split("iid", N_SEQUENCES), [hook for pair in LOGIT_VIEWS.values() for hook in pair])
+    _, maps = capture_maps(model, load_split("iid", N_TAIL_SEQUENCES),
+                           [hook for pair in LOGIT_VIEWS.values() for hook in pair])
     data = pd.concat([tail_probabilities({layer: view_raw_logits(model, maps, layer, view)}, ks, name=view)
                       for view in LOGIT_VIEWS for layer in sorted(maps["q"])],
-                     ignore_index=True).assign(model=TDA_BETA1, n_sequences=N_SEQUENCES)
+                     ignore_index=True).assign(model=TDA_BETA1, n_sequences=N_TAIL_SEQUENCES)
     data["layer_view"] = "L" + data.layer.astype(str) + " " + data["map"]
     return [paper_figure("06_logit_tails", data, lambda b: plots.tail_chart(data, series="layer_view", backend=b))]
 

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import torch
 from jaxtyping import Bool, Float, Shaped
+from scipy.special import stdtrit
 from torch import Tensor
 
 from kernels.common import suffix_sum
@@ -460,6 +461,14 @@ def raw_logits(q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batc
     return torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) / math.sqrt(q.shape[-1])
 
 
+def _t_interval(values: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """The two-sided t interval of the mean of ``values`` (NaN, NaN for fewer than two)."""
+    if len(values) < 2:
+        return math.nan, math.nan
+    half = stdtrit(len(values) - 1, 1 - (1 - confidence) / 2) * values.std(ddof=1) / math.sqrt(len(values))
+    return float(values.mean() - half), float(values.mean() + half)
+
+
 def tail_probabilities(scores: Maps, ks: Sequence[float] = (2, 3, 4), name: str = "raw_logits") -> pd.DataFrame:
     """Empirical tail probabilities of the TDA paper's Table 7 (App. B.1) per layer, pooled over
     the batch, the heads and the causal entries of ``scores`` (:func:`raw_logits`), next to the
@@ -472,16 +481,24 @@ def tail_probabilities(scores: Maps, ks: Sequence[float] = (2, 3, 4), name: str 
     mean, so that the statistic is that of the standardised logit, the quantity N(0, 1) is the
     reference for (the two agree for the mean-zero logits Assumption 4.1 posits; the ``mean``
     column shows how far from it the logits are). Columns ``k``, ``gaussian``, ``mean``,
-    ``sigma``, ``n_entries``; no ``head``.
+    ``sigma``, ``n_entries``, ``n_batch``; no ``head``. ``low`` and ``high``: the 95% t
+    interval of ``value`` over the batch's sequences, each sequence's rate (same mean and
+    sigma) one draw, since the entries of one sequence are not independent draws (NaN for a
+    batch of one); every sequence has the same entries, so ``value`` is their mean.
     """
     rows = []
     for layer, s in by_layer(scores).items():
         T = s.shape[-1]
-        s = s.double().masked_select(causal(T, s.device))
-        mean, sigma = float(s.mean()), float(s.std())
+        mask = causal(T, s.device)
+        s = s.double()
+        entries = s.masked_select(mask)
+        mean, sigma = float(entries.mean()), float(entries.std())
         deviation = (s - mean).abs()
         for k in ks:
+            per_sequence = ((deviation > k * sigma) & mask).flatten(1).sum(1).double() / (mask.sum() * s.shape[1])
+            low, high = _t_interval(per_sequence.cpu().numpy())
             rows.append({"layer": layer, "k": k, "metric": "tail_probability",
-                         "value": int((deviation > k * sigma).sum()) / s.numel(), "gaussian": gaussian_tail(k),
-                         "mean": mean, "sigma": sigma, "n_entries": s.numel(), "map": name, "seq_len": T})
+                         "value": float(per_sequence.mean()), "low": low, "high": high, "gaussian": gaussian_tail(k),
+                         "mean": mean, "sigma": sigma, "n_entries": entries.numel(), "n_batch": s.shape[0],
+                         "map": name, "seq_len": T})
     return pd.DataFrame(rows)
