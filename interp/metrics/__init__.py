@@ -18,7 +18,7 @@ from interp.metrics.attention import (
     EPS, Map, Maps, by_layer, cache_maps, causal, cross_view_correlation, dispersion, effective_entropy,
     entropy_summary, gaussian_tail, inhibition, l1_normalised, last_row_dispersion, magnitudes, max_abs_weight,
     peak_cooccurrence, raw_logits, sink_eps, sink_ratio, sparsity, summarise, survivor_counts, survivor_growth,
-    survivor_scaling, tail_probabilities, zero_rows,
+    survivor_scaling, t_interval, tail_probabilities, zero_rows,
 )
 from interp.metrics.anatomy import (
     DESTINATIONS, LOSING_TERMS, OTHER, RECENT_TOKENS, REGIONS, SPREAD, attention_destinations, destination,

@@ -461,8 +461,10 @@ def raw_logits(q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batc
     return torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) / math.sqrt(q.shape[-1])
 
 
-def _t_interval(values: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
-    """The two-sided t interval of the mean of ``values`` (NaN, NaN for fewer than two)."""
+def t_interval(values: Sequence[float] | Float[np.ndarray, "draw"], confidence: float = 0.95) -> tuple[float, float]:
+    """The two-sided Student's t interval of the mean of ``values``, each one independent draw
+    (sequences, seeds); (NaN, NaN) for fewer than two. A statistics helper, no paper quantity."""
+    values = np.asarray(values, dtype=float)
     if len(values) < 2:
         return math.nan, math.nan
     half = stdtrit(len(values) - 1, 1 - (1 - confidence) / 2) * values.std(ddof=1) / math.sqrt(len(values))
@@ -496,7 +498,7 @@ def tail_probabilities(scores: Maps, ks: Sequence[float] = (2, 3, 4), name: str 
         deviation = (s - mean).abs()
         for k in ks:
             per_sequence = ((deviation > k * sigma) & mask).flatten(1).sum(1).double() / (mask.sum() * s.shape[1])
-            low, high = _t_interval(per_sequence.cpu().numpy())
+            low, high = t_interval(per_sequence.cpu().numpy())
             rows.append({"layer": layer, "k": k, "metric": "tail_probability",
                          "value": float(per_sequence.mean()), "low": low, "high": high, "gaussian": gaussian_tail(k),
                          "mean": mean, "sigma": sigma, "n_entries": entries.numel(), "n_batch": s.shape[0],
