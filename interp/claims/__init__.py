@@ -22,7 +22,7 @@ import pandas as pd
 
 from interp.claims.cope import COPE_CLAIMS
 from interp.claims.flipflop import FLIPFLOP_CLAIMS
-from interp.claims.sources import ROOT, sweep_counts
+from interp.claims.sources import H200_KERNEL_RUNS, ROOT, sweep_counts
 from interp.claims.tda import TDA_CLAIMS
 from interp.claims.tra import TRA_CLAIMS
 from interp.claims.verdicts import REASONS, VERDICTS, Claim, Evidence, verdict
@@ -88,12 +88,6 @@ def sweeps_markdown() -> str:
     lines = ["| sweep | runs | finished (`result.json` committed) | unfinished |", "|---|---|---|---|"]
     lines += [f"| `runs/{r.sweep}` | {r.runs} | {r.finished} | {r.unfinished} |" for r in sweep_counts().itertuples()]
     return "\n".join(lines) + "\n"
-
-
-# The H200 kernel benchmarks, oldest first: (file, what differed); the last holds the kernels as they are.
-H200_KERNEL_RUNS = (("runs/gpu/bench-kernels-h200.csv", "TRA's backward with atomics; 16384 tokens a batch"),
-                    ("runs/gpu/bench-kernels-h200-2.csv", "TRA's backward without atomics; 32768 tokens a batch"),
-                    ("runs/gpu/bench-kernels-h200-3.csv", "the same, at Hopper's own default tiles"))
 
 
 def gpu_kernels_markdown(root: Path = ROOT) -> str:

@@ -18,6 +18,11 @@ RUNS = ROOT / "runs"
 FIGURES = ROOT / "figures"
 CACHE = RUNS / "claims"
 
+# The H200 kernel benchmarks, oldest first: (file, what differed); the last holds the kernels as they are.
+H200_KERNEL_RUNS = (("runs/gpu/bench-kernels-h200.csv", "TRA's backward with atomics; 16384 tokens a batch"),
+                    ("runs/gpu/bench-kernels-h200-2.csv", "TRA's backward without atomics; 32768 tokens a batch"),
+                    ("runs/gpu/bench-kernels-h200-3.csv", "the same, at Hopper's own default tiles"))
+
 
 def missing(path: Path) -> FileNotFoundError:
     return FileNotFoundError(f"{path.relative_to(ROOT)} is not in the repository: the claims table reads it; "
