@@ -276,7 +276,8 @@ def bench_skip_gain(checkpoint: str, n: int = 64, seq_len: int = 512, repeats: i
     the inputs it gets from ``n`` iid sequences (T = ``seq_len``), with and without
     ``skip_zero_tiles`` (``kernels.bench.bench_zero_tile_skipping``, which also checks that the
     outputs are equal), on the GPU, or on the CPU under ``TRITON_INTERPRET=1``. The model's own
-    dtype (float32 for the shipped specimens) and the dispatcher's tiles."""
+    dtype (float32 for the shipped specimens) and the dispatcher's tiles. Progress, with what is
+    left, goes to standard error."""
     from interp.tasks import load_split
     from kernels.bench import bench_zero_tile_skipping
     from kernels.common import interpreting
@@ -289,10 +290,15 @@ def bench_skip_gain(checkpoint: str, n: int = 64, seq_len: int = 512, repeats: i
     if model.cfg.model not in SKIPPING_KERNELS:
         raise ValueError(f"bench tiles --skip-gain: the {model.cfg.model} model has no kernel that skips zero tiles "
                          f"(those of {', '.join(SKIPPING_KERNELS)} do)")
+    print(f"capturing the kernels' inputs on {n} iid sequences (T = {seq_len})", file=sys.stderr, flush=True)
     calls = captured_kernel_calls(model, load_split("iid", n)[:, :seq_len])
-    return [{"layer": layer, "kernel": name, **{k: v for k, v in bench_zero_tile_skipping(
-                name, *args, repeats=repeats, **kwargs).items() if k != "kernel"}}
-            for layer, (name, args, kwargs) in enumerate(calls)]
+    rows = []
+    for layer, (name, args, kwargs) in enumerate(calls):
+        timed = bench_zero_tile_skipping(name, *args, repeats=repeats, **kwargs)
+        rows.append({"layer": layer, "kernel": name, **{k: v for k, v in timed.items() if k != "kernel"}})
+        print(f"[{layer + 1}/{len(calls)}] layer {layer} timed; {len(calls) - layer - 1} left", file=sys.stderr,
+              flush=True)
+    return rows
 
 
 def forward_flops(cfg, n_pos: int, causal: bool = True, last_layer_queries=None) -> int:

@@ -186,8 +186,8 @@ def bench_tile_configs(name: str, n_pos: int, configs: list[TileConfig], tokens:
     at the dispatcher's choice (``tiles`` "default"), beside SDPA's flash attention (``tiles``
     "sdpa_flash"), one row each: times, ratio of fwd+bwd to SDPA's, and the largest absolute
     difference of the output from the default's (tiles change only the order of float32
-    sums). The forward and backward times are separate columns because their kernels may be
-    given different tiles. A configuration the GPU cannot run (too much shared memory) gets a
+    sums). The forward and backward times are separate columns, so that the fastest forward and
+    the fastest backward configuration can be read apart (:func:`best_tiles`). A configuration the GPU cannot run (too much shared memory) gets a
     row with NaN times and Triton's reason in ``note``."""
     device = torch.device(device)
     batch = max(tokens // n_pos, 1)

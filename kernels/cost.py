@@ -33,6 +33,7 @@ measured. ``python -m kernels.cost [CSV ...]`` prints them.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -227,10 +228,11 @@ def _direction(passes, direction: str):
     return [p for p in passes if (p.kernel == "fwd") == (direction == "fwd")]
 
 
+@functools.lru_cache(maxsize=None)
 def code(which: str) -> tuple[dict, dict]:
     """The launches of each op, ``(passes, (forward launches, backward launches))`` by op, of the
     code ``which`` of :data:`MEASURED_FILES`: "earlier" (:data:`AS_MEASURED`) or "current"
-    (:data:`PASSES`, and :func:`count_launches` of the wrappers as they are)."""
+    (:data:`PASSES`, and :func:`count_launches` of the wrappers as they are), counted once."""
     if which == "earlier":
         return AS_MEASURED, LAUNCHES_AS_MEASURED
     if which != "current":

@@ -66,8 +66,9 @@ TILE_CONFIGS = (TileConfig(64, 32, 4, 2), TileConfig(32, 32, 4, 2), TileConfig(1
 
 # Hopper's tiles (CUDA arch 90) in half precision up to head dim 64, per op, from the H200 tile sweep
 # (runs/gpu/tiles-h200.csv): at T = 16384 the fastest fwd+bwd of the seven configurations measured
-# that compile without a register spill for sm_90 (64 x 64 with 4 warps and 3 stages spills in
-# TRA's and TDA's backward); tests/test_kernels.py checks the choice against the file.
+# that compile without a register spill for sm_90 with the project's Triton (64 x 64 with 4 warps
+# and 3 stages spills in TRA's and TDA's backward there, though not with the Triton 3.6 that ran the
+# sweep); tests/test_kernels.py checks the choice against the file.
 HOPPER_TILES = {"tra": TileConfig(64, 32, 4, 3), "fot": TileConfig(64, 64, 4, 3), "trela": TileConfig(64, 64, 4, 3),
                 "tda": TileConfig(128, 64, 8, 3)}
 
@@ -81,8 +82,7 @@ def default_tiles(dtype: torch.dtype, d_head: int, arch: int | None = None, op: 
     the FMA units with each thread holding whole operand rows, 16 x 16 (the dK/dV kernels with
     twice the warps, :func:`key_tile_meta`), with one pipeline stage at head dim 16, where with
     two ptxas held FoT's dQ kernel to 64 registers on sm_90 and spilled. Larger tiles spilled
-    registers on sm_80 or sm_90 (64 x 64, the earlier choice, in most backward kernels with 2
-    stages)."""
+    registers on sm_80 or sm_90 (64 x 64, the earlier choice, in most backward kernels)."""
     if dtype == torch.float32:
         return TileConfig(16, 16, 4, 1 if d_head == 16 else 2)
     if arch == 90 and d_head <= 64 and op in HOPPER_TILES:
@@ -130,16 +130,19 @@ def compiling_for(arch: int | None):
 
 def gpu_arch(device: torch.device) -> int | None:
     """The CUDA compute capability of ``device`` as major * 10 + minor (90 on H100 and H200), None
-    off CUDA (the interpreter, AMD) or inside :func:`compiling_for` its architecture."""
+    off NVIDIA GPUs (the interpreter; AMD, where ROCm reports its own numbers under the same API,
+    gfx90a as 9.0) or inside :func:`compiling_for` its architecture."""
     if _target_arch is not None or device.type != "cuda":
         return _target_arch
     return _cuda_arch(torch.cuda.current_device() if device.index is None else device.index)
 
 
 @functools.lru_cache(maxsize=None)
-def _cuda_arch(index: int) -> int:
-    """A CUDA device's compute capability as major * 10 + minor, asked once per device (a launch
-    should not pay a driver query)."""
+def _cuda_arch(index: int) -> int | None:
+    """A CUDA device's compute capability as major * 10 + minor (None on ROCm), asked once per
+    device (a launch should not pay a driver query)."""
+    if torch.version.hip:
+        return None
     major, minor = torch.cuda.get_device_capability(index)
     return 10 * major + minor
 

@@ -294,7 +294,7 @@ def test_hopper_default_tiles_are_the_fastest_measured_on_the_h200():
 
 
 @pytest.mark.parametrize("specimen", ["tda-beta1", "tra-mech"])
-def test_skip_gain_times_each_layers_kernel_on_the_checkpoints_own_inputs(specimen, device):
+def test_skip_gain_times_each_layers_kernel_on_the_checkpoints_own_inputs(specimen, device, capsys):
     """``glitchlens bench tiles CKPT --skip-gain``: the calls a trained model makes to its Triton
     kernel, one per layer, captured on iid sequences and timed with and without
     ``skip_zero_tiles`` (whose output must equal the dense one)."""
@@ -304,6 +304,7 @@ def test_skip_gain_times_each_layers_kernel_on_the_checkpoints_own_inputs(specim
     rows = bench_skip_gain(str(checkpoint), n=2, seq_len=32, repeats=1)
     assert [(r["layer"], r["kernel"]) for r in rows] == [(0, specimen[:3]), (1, specimen[:3])]
     assert all(r["dense_ms"] > 0 and r["skip_ms"] > 0 and r["speedup"] > 0 for r in rows)
+    assert "[2/2] layer 1 timed; 0 left" in capsys.readouterr().err, "progress, with what is left, on stderr"
 
 
 def test_skip_gain_refuses_a_model_without_a_skipping_kernel():
@@ -311,3 +312,20 @@ def test_skip_gain_refuses_a_model_without_a_skipping_kernel():
 
     with pytest.raises(ValueError, match="the rope model has no kernel that skips zero tiles"):
         bench_skip_gain(str(Path(__file__).parents[1] / "models/pretrained/rope-mech"), n=1, seq_len=8)
+
+
+def test_amd_gpus_never_get_hoppers_tiles(monkeypatch):
+    """ROCm answers ``get_device_capability`` with its own numbers (gfx90a as 9.0): an AMD GPU
+    reports no CUDA architecture, so it keeps the tiles every GPU gets, not Hopper's."""
+    from kernels import tiles
+
+    monkeypatch.setattr(torch.version, "hip", "6.4")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: (9, 0))
+    tiles._cuda_arch.cache_clear()
+    try:
+        assert tiles._cuda_arch(0) is None
+        monkeypatch.setattr(torch.version, "hip", None)
+        tiles._cuda_arch.cache_clear()
+        assert tiles._cuda_arch(0) == 90, "the same answer from CUDA is Hopper"
+    finally:
+        tiles._cuda_arch.cache_clear()
