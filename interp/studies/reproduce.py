@@ -28,12 +28,13 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from interp.outputs import new_file
 from interp.studies.sweeps import run_all
+
+if TYPE_CHECKING:  # pandas costs a second to import: only the commands that tabulate import it
+    import pandas as pd
 
 TABLE1_MODELS = ("nope", "ape", "rel", "rope", "label", "fot", "diff", "cope", "tra", "tda", "trela", "lstm")
 SPLIT_ORDER = ("iid", "dense", "sparse")
@@ -265,6 +266,8 @@ def summarise_runs(results: list[dict]) -> pd.DataFrame:
     """One row per (model, split): mean and std over seeds of full-sequence accuracy (%) and
     of the read error rate, the seeds at >= 99% full-sequence accuracy (``learned``; on
     ``iid``, the criterion of a model that learned the task), next to the paper's accuracy where it reports one."""
+    import pandas as pd
+
     rows = [{"model": r["model"], "split": split, "seed": r["seed"],
              "accuracy": 100 * s["sequence_accuracy"], "error_rate": s["error_rate"]}
             for r in results for split, s in r["splits"].items()]
@@ -282,6 +285,8 @@ def summarise_runs(results: list[dict]) -> pd.DataFrame:
 
 def markdown_table(table: pd.DataFrame) -> str:
     """Models as columns, splits as rows, ``ours (paper)`` in each cell, as in the paper."""
+    import pandas as pd
+
     def cell(row) -> str:
         spread = "" if pd.isna(row.accuracy_std) else f" ± {row.accuracy_std:.2f}"   # one seed: no spread
         ours = f"{row.accuracy_mean:.2f}{spread}"
@@ -316,6 +321,8 @@ def reproduce_recipes(out: str | Path, recipes: tuple[str, ...], models: tuple[s
     ``ray_address`` if given; ``train=False`` writes the report from the runs that have finished,
     training nothing."""
     from dataclasses import replace
+
+    import pandas as pd
 
     scale = SCALES[scale] if isinstance(scale, str) else scale
     out = Path(out)
