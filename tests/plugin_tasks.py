@@ -21,6 +21,7 @@ class ParityTask(Task):
     seq_len = 10
     splits = {"iid": TaskSplit("iid", 64, 101, 10), "long": TaskSplit("long", 64, 102, 18, in_distribution=False)}
     roles = {ASK: "print"}
+    probe_label = "the parity of the bits so far"
 
     def sample(self, n, seq_len, rng):
         bits = np.random.default_rng(rng).integers(0, 2, (n, seq_len - 2), dtype=np.uint8)
@@ -32,6 +33,9 @@ class ParityTask(Task):
 
     def answer(self, prefix):
         return sum(prefix[:-1]) % 2
+
+    def probe_labels(self, inputs):   # no corrupt(): the circuit tools pair its sequences by resampling
+        return np.cumsum(np.asarray(inputs) == ONE, axis=1) % 2
 
 
 class WrongParityTask(ParityTask):

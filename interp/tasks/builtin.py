@@ -8,8 +8,8 @@ import numpy as np
 
 from interp.tasks.automaton import AUTOMATON_VOCAB, BOTTOM, SIGMA_0, SIGMA_1, automaton_states, sample_automaton
 from interp.tasks.flipflop import (
-    CANONICAL_SEQ_LEN, ONE, READ, SPLITS, TRAIN_P_I, VOCAB, WRITE, ZERO, last_write_positions, load_split, read_mask,
-    sample_ffl,
+    CANONICAL_SEQ_LEN, ONE, READ, SPLITS, TRAIN_P_I, VOCAB, WRITE, ZERO, current_bits, flip_last_write,
+    last_write_positions, load_split, read_mask, sample_ffl,
 )
 from interp.tasks.task import Task, TaskSplit
 
@@ -30,12 +30,29 @@ class FlipFlopTask(Task):
     splits = {name: TaskSplit(name, s.size, s.seed, CANONICAL_SEQ_LEN, {"p_i": s.p_i}, name == "iid",
                               s.published_reads) for name, s in SPLITS.items()}
     roles = {WRITE: "write", READ: "read"}
+    probe_label = "the current bit: the bit of the latest w read so far"
 
     def sample(self, n, seq_len, rng, p_i=TRAIN_P_I):
         return sample_ffl(n, seq_len, p_i, rng)
 
     def scored_mask(self, inputs):
         return read_mask(inputs)
+
+    def scored_answers(self, inputs):
+        """Every ``r`` with a write before it; its answer is that write's bit token."""
+        inputs = np.asarray(inputs)
+        write = last_write_positions(inputs)
+        scored = read_mask(inputs) & (write >= 0)
+        bit = np.take_along_axis(inputs, np.where(scored, write + 1, 0), axis=-1).astype(np.int64)
+        return scored, np.where(scored, bit, -1)
+
+    def corrupt(self, inputs, position):
+        """The last write before ``position`` stores the other bit (and so do the reads of it)."""
+        write = int(last_write_positions(np.asarray(inputs))[position])
+        return None if write < 0 else flip_last_write(np.asarray(inputs)[None], np.array([write]))[0]
+
+    def probe_labels(self, inputs):
+        return current_bits(inputs)
 
     def answer(self, prefix):
         writes = [pos for pos in range(0, len(prefix) - 1, 2) if prefix[pos] == WRITE]
@@ -61,12 +78,30 @@ class AutomatonTask(Task):
     train_params = {"p_bottom": 0.5}
     splits = {"fresh": TaskSplit("fresh", 1000, AUTOMATON_EVAL_SEED, CANONICAL_SEQ_LEN, {"p_bottom": 0.5})}
     roles = {SIGMA_0: "write", SIGMA_1: "read"}
+    probe_label = "the state: the last written bit"
 
     def sample(self, n, seq_len, rng, p_bottom=0.5):
         return sample_automaton(n, seq_len, p_bottom, rng)[0]
 
     def model_io(self, tokens):
         return tokens, automaton_states(tokens), np.ones(tokens.shape, dtype=bool)
+
+    def scored_answers(self, inputs):
+        inputs = np.asarray(inputs)
+        return np.ones(inputs.shape, dtype=bool), automaton_states(inputs).astype(np.int64)
+
+    def corrupt(self, inputs, position):
+        """The last write at or before ``position`` writes the other bit: one input symbol changed."""
+        inputs = np.asarray(inputs)
+        writes = np.flatnonzero(inputs[:position + 1] != BOTTOM)
+        if not len(writes):
+            return None
+        flipped = inputs.copy()
+        flipped[writes[-1]] = SIGMA_1 - flipped[writes[-1]] + SIGMA_0
+        return flipped
+
+    def probe_labels(self, inputs):
+        return automaton_states(np.asarray(inputs)).astype(np.int64)
 
     def answer(self, prefix):
         return int(next(x for x in reversed(prefix) if x != BOTTOM))

@@ -91,8 +91,40 @@ class CountingTask(Task):
         return np.concatenate([tokens, (PRINT + printed)[:, None], (VALUE + value[np.arange(n), printed])[:, None]],
                               axis=1).astype(np.uint8)
 
+    probe_label = "the count so far: the value of the printed variable (of a, before the print)"
+
     def scored_mask(self, inputs):
         return (inputs >= PRINT) & (inputs < VALUE)
+
+    def corrupt(self, inputs, position):
+        """One counted token changed: the printed variable's last ``++`` since its ``= 0`` becomes a
+        ``pass`` (the count drops by one), or, with none to remove, a ``pass`` after the ``= 0``
+        becomes a ``++`` (the count rises to one)."""
+        inputs = np.asarray(inputs)
+        variable = int(inputs[position]) - PRINT
+        sets = np.flatnonzero(inputs[:position] == SET + variable)
+        if not len(sets):
+            return None
+        since = sets[-1] + 1
+        increments = since + np.flatnonzero(inputs[since:position] == INCR + variable)
+        passes = since + np.flatnonzero(inputs[since:position] == PASS)
+        edited = inputs.copy()
+        if len(increments):
+            edited[increments[-1]] = PASS
+        elif len(passes):
+            edited[passes[-1]] = INCR + variable
+        else:
+            return None
+        return edited
+
+    def probe_labels(self, inputs):
+        inputs = np.asarray(inputs)
+        last = inputs[:, -1:].astype(np.int64)
+        variable = np.where((last >= PRINT) & (last < VALUE), last - PRINT, 0)
+        is_set, is_incr = inputs == SET + variable, inputs == INCR + variable
+        increments = np.cumsum(is_incr, axis=1)
+        since_set = increments - np.maximum.accumulate(np.where(is_set, increments, 0), axis=1)
+        return np.where(np.cumsum(is_set, axis=1) > 0, np.minimum(since_set, MAX_VALUE), -1)
 
     def answer(self, prefix):
         values = {}

@@ -169,3 +169,29 @@ def last_write_positions(tokens: np.ndarray) -> np.ndarray:
     is_write = (tokens == WRITE) & (pos % 2 == 0)
     idx = np.where(is_write, pos, -1)
     return np.maximum.accumulate(idx, axis=-1)
+
+
+def flip_last_write(tokens: np.ndarray, write: np.ndarray) -> np.ndarray:
+    """Copies of ``tokens [n, T]`` in which the write at ``write [n]`` (a ``w``'s position in each
+    row) stores the other bit, and so does every ``r`` that reads that write (a read repeats its
+    write's bit): each row stays a valid flip-flop sequence whose reads are all right, and nothing
+    else changes."""
+    tokens, write = np.asarray(tokens), np.asarray(write)
+    same_write = last_write_positions(tokens) == write[:, None]
+    copies = np.zeros_like(same_write)
+    copies[:, 1:] = same_write[:, :-1] & read_mask(tokens)[:, :-1]        # the bit after each such read
+    flip = copies | (np.arange(tokens.shape[1]) == write[:, None] + 1)
+    flipped = tokens.copy()
+    flipped[flip] = ZERO + ONE - flipped[flip]
+    return flipped
+
+
+def current_bits(tokens: np.ndarray) -> np.ndarray:
+    """For every position t, the bit (0/1) of the latest ``w`` whose bit sits at or before t: what
+    the flip-flop's memory holds after reading up to t (-1 before the first write's bit)."""
+    tokens = np.asarray(tokens)
+    pos = np.arange(tokens.shape[-1])
+    previous = np.concatenate([np.full(tokens.shape[:-1] + (1,), -1), tokens[..., :-1]], axis=-1)
+    is_write_bit = (pos % 2 == 1) & (previous == WRITE)
+    last = np.maximum.accumulate(np.where(is_write_bit, pos, -1), axis=-1)
+    return np.where(last >= 0, np.take_along_axis(tokens, np.maximum(last, 0), axis=-1).astype(np.int64) - ZERO, -1)

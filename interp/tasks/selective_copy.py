@@ -48,6 +48,7 @@ class SelectiveCopyTask(Task):
     splits = {name: TaskSplit(name, 1000, seed, copy_length(blanks), {}, name == "iid")
               for name, seed, blanks in (("iid", 54_001, 256), ("dense", 54_002, 128), ("sparse", 54_003, 512))}
     roles = {BLANK: "blank", SEPARATOR: "separator"}
+    probe_label = "the next letter to copy (from the separator on)"
 
     def __init__(self, n_content: int = N_CONTENT):
         self.n_content = n_content
@@ -76,6 +77,29 @@ class SelectiveCopyTask(Task):
     def answer(self, prefix):
         separator = prefix.index(SEPARATOR)
         return [t for t in prefix[:separator] if t != BLANK][len(prefix) - 1 - separator]
+
+    def scored_answers(self, inputs):
+        """From the separator on, while letters are left to copy: the letter :meth:`evidence` points at."""
+        source = self.evidence(inputs)
+        scored = np.asarray(self.scored_mask(inputs), dtype=bool) & (source >= 0)
+        letters = np.take_along_axis(np.asarray(inputs), np.maximum(source, 0), axis=-1).astype(np.int64)
+        return scored, np.where(scored, letters, -1)
+
+    def corrupt(self, inputs, position):
+        """One copied token changed: the letter copied at ``position`` becomes the next letter of the
+        alphabet, in the input and in the copy after it."""
+        source = int(self.evidence(np.asarray(inputs)[None])[0, position])
+        if source < 0:
+            return None
+        edited = np.array(inputs, copy=True)
+        letter = (int(edited[source]) + 1) % N_LETTERS
+        edited[source] = letter
+        if position + 1 < len(edited):
+            edited[position + 1] = letter
+        return edited
+
+    def probe_labels(self, inputs):
+        return self.scored_answers(inputs)[1]
 
     def evidence(self, tokens):
         """At each position from the separator on, the input position of the letter it copies next."""

@@ -21,6 +21,16 @@ A task is a subclass of :class:`Task`, whose docstring is the contract. It names
   parameters; in distribution or out of it) and its training distribution (``seq_len``,
   ``train_params``; ``train_size``: a fixed pool of training sequences instead of fresh ones).
 
+Optional, for the circuit tools and the probes (a task that declares neither still gets every tool
+that does not need them):
+
+- ``corrupt(inputs, position)``: a counterfactual of one input sequence whose answer at
+  ``position`` differs (flip-flop: the last written bit flipped), for patching from clean into
+  corrupt; without it the tools pair each sequence with another of the same split whose answer
+  at the same position differs (resample pairs, :func:`interp.circuits.resample_pairs`);
+- ``probe_labels(inputs)``: a label at every input position for linear probes to read from the
+  activations (flip-flop: the current bit), with ``probe_label`` saying what it is in words.
+
 Pure numpy, like the rest of :mod:`interp.tasks`.
 """
 
@@ -64,10 +74,16 @@ class Task:
     splits: Mapping[str, TaskSplit] = {}
     # token id -> role, for the heatmaps' colours (a role of interp.plots.layout.TASK_ROLE_COLOR)
     roles: Mapping[int, str] = {}
+    probe_label: str = ""                 # what probe_labels gives, in words ("the current bit")
 
     @property
     def d_vocab(self) -> int:
         return len(self.vocab)
+
+    @property
+    def declares_corrupt(self) -> bool:
+        """Whether the task declares a counterfactual (overrides :meth:`corrupt`)."""
+        return type(self).corrupt is not Task.corrupt
 
     @property
     def n_ctx(self) -> int:
@@ -92,6 +108,33 @@ class Task:
         scored on ``targets`` (the next tokens) where ``scored``."""
         inputs = tokens[:, :-1]
         return inputs, tokens[:, 1:], self.scored_mask(inputs)
+
+    def scored_answers(self, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(scored bool [n, T], targets int64 [n, T])`` of the tokens the model reads (``inputs``
+        as :meth:`model_io` gives them, or a prefix of them): where the model is scored and the
+        right answer's token id there (-1 elsewhere). The default asks :meth:`scored_mask` where
+        and :meth:`answer` what; a task may override it with a vectorised equivalent."""
+        inputs = np.asarray(inputs)
+        scored = np.asarray(self.scored_mask(inputs), dtype=bool)
+        targets = np.full(inputs.shape, -1, dtype=np.int64)
+        for row, pos in zip(*np.nonzero(scored)):
+            targets[row, pos] = self.answer([int(t) for t in inputs[row, :pos + 1]])
+        return scored, targets
+
+    def corrupt(self, inputs: np.ndarray, position: int) -> np.ndarray | None:
+        """Optional. A copy of one input sequence ``inputs [T]`` edited so that the right answer at
+        the scored ``position`` differs, the sequence staying one the task could draw (flip-flop: the
+        last written bit flipped, with the reads that repeat it); None where no such edit exists
+        there. A task that does not override it declares no counterfactual: the circuit tools pair
+        its sequences by resampling instead (:func:`interp.circuits.task_pairs`)."""
+        raise NotImplementedError
+
+    def probe_labels(self, inputs: np.ndarray) -> np.ndarray | None:
+        """Optional. ``int64 [n, T]``: a class label in ``0..K-1`` at every position of the input
+        tokens (-1 where it is undefined), what a linear probe on the activations at that position
+        should be able to read (its meaning, in words: ``probe_label``). None (the default): the
+        task declares no label."""
+        return None
 
     def is_correct(self, predicted: np.ndarray, target: np.ndarray) -> np.ndarray:
         """Whether each answer counts as right: the prediction equals the target."""
