@@ -49,6 +49,7 @@ MODEL_FAMILIES: dict[str, tuple[str | None, str, dict[str, Any]]] = {
     "rel": ("softmax", "none", {"bias": "rel"}),
     "alibi": ("softmax", "none", {"bias": "alibi"}),
     "rope": ("softmax", "none", {"rope": True}),
+    "shaw": ("shaw", "none", {}),
     "tra": ("tra", "none", {}),
     "fot": ("fot", "none", {}),
     "cope": ("cope", "none", {}),

@@ -164,6 +164,7 @@ def softmax(logits):
 
 NORMALISATION = {
     "softmax": ("pattern", softmax), "fot": ("pattern", softmax), "cope": ("pattern", softmax),
+    "shaw": ("pattern", softmax),
     "tra": ("pattern", lambda logits: softmax(logits).masked_fill(logits == MASK_FILL, 0.0)),  # eq. 12
     "diff": ("view_1", softmax),
     "trela": ("view_1", lambda logits: F.relu(logits) ** 2), "tda": ("view_1", lambda logits: F.relu(logits) ** 2),
