@@ -218,7 +218,8 @@ def test_bad_input_is_refused_in_words():
     assert "names_filter" not in rope.run_with_cache(clean)[1].why_missing("blocks.0.attn.hook_result")
     with pytest.raises(ValueError, match=r"clean tokens \(9, 15\) and corrupt tokens \(9, 13\) differ in shape"):
         circuits.activation_patching(model, clean, corrupt[:, :13], ["blocks.0.hook_resid_pre"], reads=reads)
-    with pytest.raises(ValueError, match="sequence 0: position 3 holds token 3, not an r instruction"):
+    with pytest.raises(ValueError, match="reads: position 3 of the clean run's row 0 is not a position the "
+                                         "'flipflop' task scores"):
         circuits.activation_patching(model, clean, corrupt, ["blocks.0.hook_resid_pre"], reads=[3] + [14] * 8)
     with pytest.raises(ValueError, match="one position per pair"):
         circuits.activation_patching(model, clean, corrupt, ["blocks.0.hook_resid_pre"], reads=[14])
@@ -228,7 +229,7 @@ def test_bad_input_is_refused_in_words():
         circuits.path_patching(model, clean, corrupt, inputs=["x"], reads=reads)
     with pytest.raises(ValueError, match=r"\(layer 2, head 0\) is not a head of this 2 x 2 model"):
         circuits.path_patching(model, clean, corrupt, senders=[(2, 0)], reads=reads)
-    with pytest.raises(ValueError, match="no w before it"):
+    with pytest.raises(ValueError, match="position 2 of the clean run's row 0 is not a position the 'flipflop'"):
         circuits.activation_patching(model, model.to_tokens(["i1r"]), model.to_tokens(["i0r"]),
                                      ["blocks.0.hook_resid_pre"])
     with pytest.raises(ValueError, match="needs the columns seq and position"):

@@ -1,5 +1,5 @@
 """Direct logit attribution: what each component of the residual stream writes straight into
-the logit difference at a read (conventions: :mod:`interp.circuits`)."""
+the metric at a scored position (conventions: :mod:`interp.circuits`)."""
 
 from __future__ import annotations
 
@@ -10,21 +10,34 @@ import pandas as pd
 import torch
 from transformer_lens.utilities import Slice
 
-from interp.circuits.reads import read_answers
-from interp.tasks import ONE, ZERO, read_mask
+from interp.circuits.metrics import Metric, Scored, answer_index, check_metric, measure, resolve_task, scored_rows
+from interp.tasks import Task
 from models.tokens import as_token_ids
 
+# Rows of logits [row, pos, d_vocab] handed to the metric at once (each row is one scored position).
+METRIC_ROWS = 256
 
-def direct_logit_attribution(model, tokens, cache=None, neurons: bool = False) -> pd.DataFrame:
-    """What each component writes directly into the logit difference at every read of ``tokens``.
+
+def direct_logit_attribution(model, tokens, cache=None, neurons: bool = False, *, task: Task | str | None = None,
+                             metric: Metric | None = None, position: int | None = None) -> pd.DataFrame:
+    """What each component writes directly into the metric at every scored position of ``tokens``.
+
+    ``task`` (default: the model's, :func:`~interp.circuits.metrics.resolve_task`) says where the
+    model is scored and what the right answer is; ``metric`` (default: the task's margin, the
+    right answer's logit minus the best other answer's, :func:`~interp.circuits.metrics.margin`)
+    what is attributed; ``position``: only that position (where the task scores it), default
+    every scored one. The metric is split along its gradient with respect to the logits at the
+    scored position (the margin's is ``e_right - e_best_other``), so the parts add up to the
+    metric exactly for a metric linear in those logits (the margin, a logit difference) and to
+    its first-order expansion otherwise (:func:`dla_sum_error` shows the gap).
 
     With ``norm_placement="pre"`` the final stream is the sum of the embeddings, every head's
     output ``z @ W_O`` (from ``hook_z``), the attention output biases and the MLP outputs; the
     logits are that stream divided by the final norm's scale (``ln_final.hook_scale``) times
     the unembedding with the norm's gain folded in (``model.folded_W_U``), as TransformerLens's
     ``cache.logit_attrs(cache.decompose_resid(...))`` decomposes them. So each component's
-    share of the logit difference is its output at the read, divided by that scale, dotted
-    with ``folded_W_U[:, right] - folded_W_U[:, other]``.
+    share of the metric is its output at the scored position, divided by that scale, dotted
+    with ``folded_W_U @ d metric / d logits``.
 
     With ``norm_placement="stream"`` each block *replaces* the stream by its normalisation
     before each sublayer (``x = ln1(x); x = x + attn(x); x = ln2(x); x = x + mlp(x)``), so a
@@ -36,7 +49,7 @@ def direct_logit_attribution(model, tokens, cache=None, neurons: bool = False) -
     ``norm_factors``, which also make ``cache.decompose_resid`` exact on these models). The
     embeddings pass every norm, block ``l``'s heads and attention bias the norms from its ``ln2``
     on, its MLP the norms from block ``l + 1`` on. The shares are still exact (the parts of a
-    read add up to the model's logit difference to float rounding); what the frozen scales hide
+    position add up to the model's metric to float rounding); what the frozen scales hide
     is how a component also changes the later scales, which is not a direct effect.
 
     "Direct" means only the path straight to the unembedding: what a head does through later
@@ -50,22 +63,27 @@ def direct_logit_attribution(model, tokens, cache=None, neurons: bool = False) -
     ``neurons``), every norm's ``hook_scale`` and ``ln_final.hook_normalized``; by default the
     model is run here.
 
-    Returns one row per (read, component), components in the model's order: ``seq``,
-    ``position`` (of the ``r``), ``write_pos``, ``answer`` (the right bit), ``logit_diff`` (the
-    model's, from its logits; the read's rows add up to it), ``component`` (``embed``,
-    ``pos_embed``, ``L{l}H{h}``, ``L{l} attn bias``, ``L{l} MLP``), ``kind`` (``embed``,
-    ``pos_embed``, ``head``, ``attn_bias``, ``mlp``), ``layer`` and ``head`` (-1 where they do
-    not apply; the neuron's index for a neuron) and ``attribution``. A model without a residual
-    stream (the LSTM) is a ``ValueError``.
+    Returns one row per (scored position, component), components in the model's order: ``seq``,
+    ``position``, ``target`` (the right answer's token id), ``answer`` (its index among the
+    task's answers: flip-flop's bit), ``logit_diff`` (the metric's value there, from the model's
+    logits; the position's rows add up to it), ``component`` (``embed``, ``pos_embed``,
+    ``L{l}H{h}``, ``L{l} attn bias``, ``L{l} MLP``), ``kind`` (``embed``, ``pos_embed``, ``head``,
+    ``attn_bias``, ``mlp``), ``layer`` and ``head`` (-1 where they do not apply; the neuron's
+    index for a neuron) and ``attribution``. A model without a residual stream (the LSTM) is a
+    ``ValueError``.
     """
+    if not isinstance(neurons, bool):
+        raise TypeError(f"neurons must be True or False, got {neurons!r}")
     if not hasattr(model, "blocks"):
         raise ValueError(f"the {model.cfg.model} model has no residual stream to split into components")
+    task = resolve_task(model, task)
+    metric = check_metric(task, metric)
     tokens = as_token_ids(tokens, model.cfg.d_vocab).to(model.cfg.device)
-    seq, position = (torch.from_numpy(i) for i in np.nonzero(read_mask(tokens.cpu().numpy())))
-    write_pos, answer = read_answers(tokens, position, rows=seq)
+    seq, position, target = scored_rows(task, tokens.cpu(), position)
     if cache is None:
         _, cache = model.run_with_cache(tokens, names_filter=_dla_hooks(neurons))
-    direction = (model.folded_W_U[:, ZERO + answer] - model.folded_W_U[:, ONE - answer]).T.double()  # [read, d_model]
+    value, gradient = _metric_gradient(model, task, metric, tokens, cache, seq, position, target)
+    direction = gradient @ model.folded_W_U.double().T.to(gradient.device)                  # [row, d_model]
     direction = direction / cache["ln_final.hook_scale"][seq, position].double()
     if cache.normalises_stream:   # [norm, read, d_model]: the direction as seen before each norm
         factors = cache.norm_factors(model.cfg.n_layers, False, Slice(None))[:, seq, position].double()
@@ -98,16 +116,36 @@ def direct_logit_attribution(model, tokens, cache=None, neurons: bool = False) -
         if block.mlp.b_out is not None:
             parts.append((f"L{layer} MLP bias", "mlp_bias", layer, -1,
                           share(block.mlp.b_out.expand(len(seq), -1), after_mlp)))
-    logits = cache["ln_final.hook_normalized"][seq, position] @ model.W_U
-    logit_diff = (logits[torch.arange(len(seq)), ZERO + answer] - logits[torch.arange(len(seq)), ONE - answer])
-    reads = pd.DataFrame({"seq": seq.numpy(), "position": position.numpy(), "write_pos": write_pos.numpy(),
-                          "answer": answer.numpy(), "logit_diff": logit_diff.double().detach().cpu().numpy()})
+    reads = pd.DataFrame({"seq": seq.numpy(), "position": position.numpy(), "target": target.numpy(),
+                          "answer": answer_index(task, target), "logit_diff": value.cpu().numpy()})
     names, kinds, layers, heads, values = zip(*parts)
     frame = reads.iloc[np.tile(np.arange(len(reads)), len(parts))].reset_index(drop=True)
     for column, per_component in (("component", names), ("kind", kinds), ("layer", layers), ("head", heads)):
         frame[column] = np.repeat(np.asarray(per_component), len(reads))
     frame["attribution"] = np.concatenate(values)
     return frame
+
+
+def _metric_gradient(model, task, metric, tokens, cache, seq, position, target) -> tuple[torch.Tensor, torch.Tensor]:
+    """The metric at each scored row and its gradient with respect to the logits at the row's
+    position, ``([row], [row, d_vocab])``, from the cached final stream, ``METRIC_ROWS`` rows at a
+    time."""
+    normalized = cache["ln_final.hook_normalized"].detach()
+    values, gradients = [], []
+    for start in range(0, len(seq), METRIC_ROWS):
+        rows = slice(start, start + METRIC_ROWS)
+        at = seq[rows].to(normalized.device)
+        with torch.enable_grad():
+            logits = (normalized[at].double() @ model.W_U.detach().double()).requires_grad_()
+            scored = Scored(tokens[at], position[rows], target[rows], task)
+            value = measure(metric, logits, scored)
+            (gradient,) = torch.autograd.grad(value.sum(), logits, allow_unused=True)
+        gradient = torch.zeros_like(logits) if gradient is None else gradient
+        values.append(value.detach())
+        gradients.append(gradient[torch.arange(len(at)), position[rows].to(gradient.device)])
+    if not values:
+        return torch.zeros(0, dtype=torch.float64), torch.zeros(0, model.cfg.d_vocab, dtype=torch.float64)
+    return torch.cat(values), torch.cat(gradients)
 
 
 def _dla_hooks(neurons: bool):
@@ -118,8 +156,8 @@ def _dla_hooks(neurons: bool):
 
 
 def dla_sum_error(frame: pd.DataFrame) -> float:
-    """The largest ``|sum of a read's attributions - its logit difference|`` over the reads of
-    a :func:`direct_logit_attribution` frame: float rounding when the decomposition is exact."""
+    """The largest ``|sum of a position's attributions - its metric|`` over the scored positions
+    of a :func:`direct_logit_attribution` frame: float rounding when the decomposition is exact."""
     totals = frame.groupby(["seq", "position"], sort=False).agg(total=("attribution", "sum"),
                                                                 logit_diff=("logit_diff", "first"))
     return float((totals.total - totals.logit_diff).abs().max()) if len(totals) else 0.0

@@ -1,17 +1,20 @@
 """Activation patching and path patching between the clean and corrupt runs of a pair, measured
-by the logit difference at the pair's read (conventions: :mod:`interp.circuits`)."""
+by a metric at the pair's scored position (conventions: :mod:`interp.circuits`)."""
 
 from __future__ import annotations
 
 import difflib
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 
-from interp.circuits.reads import logit_difference, read_answers, reads_up_to
+from interp.circuits.metrics import Metric, Scored, check_metric, measure, resolve_task, targets_at
+from interp.circuits.reads import reads_up_to
+from interp.tasks import Task
 from models.attention.base import COMMON_HOOKS, Attention
 from models.lens import why_silent
 from models.tokens import as_token_ids
@@ -70,7 +73,31 @@ def hook_axes(name: str, shape: Sequence[int], n_pos: int, n_heads: int) -> tupl
     return fits[0]
 
 
-def _check_pair(model, clean_tokens, corrupt_tokens, reads) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+@dataclass(frozen=True)
+class PairRuns:
+    """A batch of pairs made ready to run: both runs' tokens cut after the latest scored position
+    and on the model's device, each pair's scored position, the clean run's right answer there, the
+    task and the metric."""
+
+    clean: torch.Tensor
+    corrupt: torch.Tensor
+    reads: torch.Tensor
+    target: torch.Tensor
+    task: Task
+    metric: Metric
+
+    def measure(self, logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """The metric of a run of ``tokens`` (either run, or the corrupt one patched)."""
+        scored = Scored(tokens, self.reads, self.target, self.task, self.clean, self.corrupt)
+        return measure(self.metric, logits, scored)
+
+
+def prepare_pairs(model, clean_tokens, corrupt_tokens, reads, task: Task | str | None,
+                  metric: Metric | None) -> PairRuns:
+    """Check a batch of pairs (same shape, one scored position per pair that the task scores in
+    both runs) and make it ready to run: :class:`PairRuns`."""
+    task = resolve_task(model, task)
+    metric = check_metric(task, metric)
     clean = as_token_ids(clean_tokens, model.cfg.d_vocab)
     corrupt = as_token_ids(corrupt_tokens, model.cfg.d_vocab)
     if clean.shape != corrupt.shape:
@@ -78,13 +105,19 @@ def _check_pair(model, clean_tokens, corrupt_tokens, reads) -> tuple[torch.Tenso
                          "shape: a pair is two runs of the same length")
     if not clean.numel():
         raise ValueError("no pairs to patch")
-    reads = torch.full((len(clean),), clean.shape[1] - 1) if reads is None else torch.as_tensor(reads).long().cpu()
+    reads = torch.full((len(clean),), clean.shape[1] - 1) if reads is None else torch.as_tensor(reads)
+    if reads.is_floating_point() or reads.dtype == torch.bool:
+        raise TypeError(f"reads must be integer positions, got {reads.dtype}")
+    reads = reads.long().cpu()
     if reads.shape != (len(clean),):
         raise ValueError(f"reads must hold one position per pair, [{len(clean)}], got {tuple(reads.shape)}")
-    read_answers(clean, reads)
-    read_answers(corrupt, reads)      # the corrupt run's position must be a read too
+    if ((reads < 0) | (reads >= clean.shape[1])).any():
+        raise ValueError(f"reads: positions {reads.tolist()} must lie in [0, {clean.shape[1]})")
+    target = targets_at(task, clean, reads, "clean")
+    targets_at(task, corrupt, reads, "corrupt")      # the corrupt run must be scored there too
     device = model.cfg.device
-    return reads_up_to(model, clean, reads).to(device), reads_up_to(model, corrupt, reads).to(device), reads
+    return PairRuns(reads_up_to(model, clean, reads).to(device), reads_up_to(model, corrupt, reads).to(device),
+                    reads, target, task, metric)
 
 
 def _check_hooks(model, hook_names: Sequence[str]) -> list[str]:
@@ -123,37 +156,44 @@ def _selection(shape, head_axis, pos_axis, head: int | None, positions: torch.Te
 
 @torch.no_grad()
 def activation_patching(model, clean_tokens, corrupt_tokens, hook_names: Sequence[str], reads=None,
-                        positions: Iterable[int] | None = None, anchor: str = "read") -> pd.DataFrame:
+                        positions: Iterable[int] | None = None, anchor: str = "read", *,
+                        task: Task | str | None = None, metric: Metric | None = None) -> pd.DataFrame:
     """Patch one activation at a time from the clean run into the corrupt run and measure the
-    logit difference at each pair's read.
+    metric at each pair's scored position.
 
-    ``clean_tokens``, ``corrupt_tokens``: ``[pair, pos]``; ``reads``: ``[pair]`` position of
-    the compared ``r`` in each pair (default: the last position). ``hook_names``: full hook
-    names (:func:`patchable_hooks`). A hook with a head axis (``hook_z``, maps, gates) is
-    patched one head at a time, others whole. ``positions``: None patches every position at
-    once; otherwise offsets from each pair's read (``anchor="read"``) or from its last write
-    (``anchor="write"``), each patched alone (for a map, the query's row). A position outside
-    ``[0, read]`` is skipped for that pair (a later token cannot reach the read); a hook
-    without a position axis (TDA's lambda) is patched whole.
+    ``clean_tokens``, ``corrupt_tokens``: ``[pair, pos]``; ``reads``: ``[pair]`` the scored
+    position compared in each pair (flip-flop: an ``r``; default: the last position), which the
+    task (``task``, default the model's: :func:`~interp.circuits.metrics.resolve_task`) must score
+    in both runs. ``metric``: a callable ``(logits, scored) -> [pair]``
+    (:mod:`interp.circuits.metrics`), default the task's margin in the direction of the clean
+    run's right answer. ``hook_names``: full hook names (:func:`patchable_hooks`). A hook with a
+    head axis (``hook_z``, maps, gates) is patched one head at a time, others whole.
+    ``positions``: None patches every position at once; otherwise offsets from each pair's scored
+    position (``anchor="read"``) or from its evidence (``anchor="write"``: the position the answer
+    is read from, ``Task.evidence``; flip-flop's last write), each patched alone (for a map, the
+    query's row). A position outside ``[0, read]`` is skipped for that pair (a later token cannot
+    reach the read); a hook without a position axis (TDA's lambda) is patched whole.
 
     Returns one row per (hook, head, position, pair): ``hook``, ``layer`` (-1 outside the
     blocks), ``head`` (-1: the hook has no head axis), ``offset`` (from the anchor),
-    ``position``, ``from_read``, ``from_write`` (of the patched position; these four are
-    nullable integers, ``<NA>`` where every position was patched at once), ``pair``, ``read``,
-    ``clean``, ``corrupt``, ``patched`` (logit differences in the direction of the clean run's
-    answer) and ``restored``.
+    ``position``, ``from_read``, ``from_write`` (of the patched position, from the evidence;
+    these four are nullable integers, ``<NA>`` where every position was patched at once or the
+    pair has no evidence position), ``pair``, ``read``, ``clean``, ``corrupt``, ``patched`` (the
+    metric of each run) and ``restored``.
     """
     if anchor not in ("read", "write"):
         raise ValueError(f"anchor must be 'read' or 'write', got {anchor!r}")
-    clean, corrupt, reads = _check_pair(model, clean_tokens, corrupt_tokens, reads)
+    runs = prepare_pairs(model, clean_tokens, corrupt_tokens, reads, task, metric)
+    clean, corrupt, reads = runs.clean, runs.corrupt, runs.reads
     names = _check_hooks(model, hook_names)
-    write_pos, bit = read_answers(clean, reads)
+    offsets = None if positions is None else _check_offsets(positions)
+    evidence = _evidence(runs, required=anchor == "write")
     clean_logits, clean_cache = model.run_with_cache(clean, names_filter=list(names))
     base = pd.DataFrame({"pair": np.arange(len(reads)), "read": reads.numpy(),
-                         "clean": logit_difference(clean_logits, reads, bit).cpu().numpy(),
-                         "corrupt": logit_difference(model(corrupt), reads, bit).cpu().numpy()})
-    origin = reads if anchor == "read" else write_pos
-    anchored = [(None, None)] if positions is None else [(int(o), origin + int(o)) for o in positions]
+                         "clean": runs.measure(clean_logits, clean).cpu().numpy(),
+                         "corrupt": runs.measure(model(corrupt), corrupt).cpu().numpy()})
+    origin = reads if anchor == "read" else evidence
+    anchored = [(None, None)] if offsets is None else [(o, origin + o) for o in offsets]
     rows = []
     for name in names:
         source = clean_cache[name]
@@ -161,7 +201,8 @@ def activation_patching(model, clean_tokens, corrupt_tokens, hook_names: Sequenc
         layer = int(name.split(".")[1]) if name.startswith("blocks.") else -1
         for head in range(source.shape[head_axis]) if head_axis is not None else [None]:
             for offset, at in anchored if pos_axis is not None else [(None, None)]:
-                inside = torch.ones(len(reads), dtype=torch.bool) if at is None else (at >= 0) & (at <= reads)
+                inside = (torch.ones(len(reads), dtype=torch.bool) if at is None
+                          else (at >= 0) & (at <= reads) & (origin >= 0))
                 if not inside.any():
                     continue
                 mask = _selection(source.shape, head_axis, pos_axis, head, None if at is None else at.where(inside, -1))
@@ -171,14 +212,37 @@ def activation_patching(model, clean_tokens, corrupt_tokens, hook_names: Sequenc
                 rows.append(base.assign(
                     hook=name, layer=layer, head=-1 if head is None else head, offset=offset,
                     position=None if at is None else at.numpy(),
-                    patched=logit_difference(logits, reads, bit).cpu().numpy())[inside.numpy()])
+                    patched=runs.measure(logits, corrupt).cpu().numpy())[inside.numpy()])
+    if not rows:
+        raise ValueError(f"positions: none of the offsets {offsets} lands in [0, read] of any pair")
     frame = pd.concat(rows, ignore_index=True)
     frame = frame.astype({"offset": "Int64", "position": "Int64"})
     frame["from_read"] = frame.position - frame.read
-    frame["from_write"] = frame.position - write_pos.numpy()[frame.pair]
+    known = pd.Series(evidence.numpy(), dtype="Int64").where(lambda e: e >= 0)
+    frame["from_write"] = frame.position - known.to_numpy()[frame.pair.to_numpy()]
     frame["restored"] = (frame.patched - frame.corrupt) / (frame.clean - frame.corrupt)
     return frame[["hook", "layer", "head", "offset", "position", "from_read", "from_write", "pair", "read", "clean",
                   "corrupt", "patched", "restored"]]
+
+
+def _check_offsets(positions: Iterable[int]) -> list[int]:
+    if isinstance(positions, (str, bytes)) or not isinstance(positions, Iterable):
+        raise TypeError(f"positions must be a list of int offsets or None, got {type(positions).__name__}")
+    offsets = list(positions)
+    if not offsets or any(isinstance(o, bool) or not isinstance(o, (int, np.integer)) for o in offsets):
+        raise TypeError(f"positions must be a non-empty list of int offsets, got {offsets!r}")
+    return [int(o) for o in offsets]
+
+
+def _evidence(runs: PairRuns, required: bool) -> torch.Tensor:
+    """Each pair's evidence position in its clean run (``Task.evidence``; -1: none)."""
+    found = runs.task.evidence(runs.clean.cpu().numpy())
+    if found is None:
+        if required:
+            raise ValueError(f"anchor='write': the {runs.task.name!r} task declares no evidence position "
+                             "(Task.evidence); anchor at the read instead")
+        return torch.full((len(runs.reads),), -1)
+    return torch.from_numpy(np.asarray(found)[np.arange(len(runs.reads)), runs.reads.numpy()].astype(np.int64))
 
 
 def patching_summary(frame: pd.DataFrame, by: Sequence[str] = ("hook", "layer", "head", "offset")) -> pd.DataFrame:
@@ -222,7 +286,7 @@ def receiver_inputs(model, layer: int) -> list[str]:
 def path_patching(model, clean_tokens, corrupt_tokens, senders: Sequence[tuple[int, int]] | None = None,
                   receivers: Sequence[tuple[int, int]] | None = None,
                   inputs: Sequence[str | tuple[str, ...]] = ("q", "k", "v"), through_mlps: bool = True,
-                  reads=None) -> pd.DataFrame:
+                  reads=None, *, task: Task | str | None = None, metric: Metric | None = None) -> pd.DataFrame:
     """The effect of a sender head on the read through chosen inputs of one receiver head.
 
     For sender head h of layer s and receiver head g of a later layer r, in two runs on the
@@ -237,8 +301,8 @@ def path_patching(model, clean_tokens, corrupt_tokens, senders: Sequence[tuple[i
        after them is recomputed, so the receiver's changed output reaches the read by every
        later path, while the sender reaches the read only through g's chosen inputs.
 
-    So ``restored`` (as in :func:`activation_patching`) is the share of the clean-corrupt logit
-    difference that travels sender -> [MLPs ->] receiver's inputs -> read. With
+    So ``restored`` (as in :func:`activation_patching`, with its ``reads``, ``task`` and
+    ``metric``) is the share of the clean-corrupt metric difference that travels sender -> [MLPs ->] receiver's inputs -> read. With
     ``through_mlps=False`` step 1 gives g the input ``ln1(resid_pre_r(corrupt) + (z_clean -
     z_corrupt)[h] @ W_O[s, h])``. An item of ``inputs`` that is a tuple (``("k", "v")``)
     patches those inputs together.
@@ -251,24 +315,34 @@ def path_patching(model, clean_tokens, corrupt_tokens, senders: Sequence[tuple[i
     """
     if not hasattr(model, "blocks"):
         raise ValueError(f"the {model.cfg.model} model has no heads to patch a path between")
-    clean, corrupt, reads = _check_pair(model, clean_tokens, corrupt_tokens, reads)
+    if not isinstance(through_mlps, bool):
+        raise TypeError(f"through_mlps must be True or False, got {through_mlps!r}")
+    runs = prepare_pairs(model, clean_tokens, corrupt_tokens, reads, task, metric)
+    clean, corrupt, reads = runs.clean, runs.corrupt, runs.reads
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     every = [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
     senders, receivers = list(senders or every), list(receivers or every)
-    for layer, head in senders + receivers:
-        if not (0 <= layer < n_layers and 0 <= head < n_heads):
-            raise ValueError(f"(layer {layer}, head {head}) is not a head of this {n_layers} x {n_heads} model")
+    for argument, heads in (("senders", senders), ("receivers", receivers)):
+        for item in heads:
+            if not (isinstance(item, (tuple, list)) and len(item) == 2
+                    and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in item)):
+                raise TypeError(f"{argument} must be (layer, head) pairs of ints, got {item!r}")
+            if not (0 <= item[0] < n_layers and 0 <= item[1] < n_heads):
+                raise ValueError(f"{argument}: (layer {item[0]}, head {item[1]}) is not a head of this "
+                                 f"{n_layers} x {n_heads} model")
+    if isinstance(inputs, str) or not all(isinstance(item, (str, tuple, list)) for item in inputs):
+        raise TypeError(f"inputs must be a list of input names or tuples of them, e.g. ['q', ('k', 'v')], "
+                        f"got {inputs!r}")
     groups = [(item,) if isinstance(item, str) else tuple(item) for item in inputs]
     known = set(receiver_inputs(model, 0))
     for group in groups:
         if not group or set(group) - known:
             raise ValueError(f"receiver input {'+'.join(group)!r}: this {model.cfg.model} model's heads read "
                              f"{', '.join(sorted(known))}")
-    _, bit = read_answers(clean, reads)
     clean_logits, clean_cache = model.run_with_cache(clean, names_filter=lambda name: name.endswith("attn.hook_z"))
     corrupt_logits, corrupt_cache = model.run_with_cache(
         corrupt, names_filter=lambda name: name.endswith(("attn.hook_z", "hook_mlp_out")))
-    clean_ld, corrupt_ld = logit_difference(clean_logits, reads, bit), logit_difference(corrupt_logits, reads, bit)
+    clean_ld, corrupt_ld = runs.measure(clean_logits, clean), runs.measure(corrupt_logits, corrupt)
     used = sorted({name for group in groups for name in group})
 
     def put(value: torch.Tensor, head: int, head_axis: int):
@@ -307,7 +381,7 @@ def path_patching(model, clean_tokens, corrupt_tokens, senders: Sequence[tuple[i
                     value = received[hook_name]
                     head_axis, _ = hook_axes(hook_name, value.shape, clean.shape[1], n_heads)
                     step_2.append((hook_name, put(value, r_head, head_axis)))
-                patched = logit_difference(model.run_with_hooks(corrupt, fwd_hooks=step_2), reads, bit)
+                patched = runs.measure(model.run_with_hooks(corrupt, fwd_hooks=step_2), corrupt)
                 rows.append(pd.DataFrame({
                     "sender": f"L{s_layer}H{s_head}", "receiver": f"L{r_layer}H{r_head}", "sender_layer": s_layer,
                     "sender_head": s_head, "receiver_layer": r_layer, "receiver_head": r_head, "input": "+".join(group),
