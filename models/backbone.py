@@ -24,7 +24,7 @@ from kernels.common import upcast
 from kernels.rows import at_rows
 from models.attention import get_attention_class
 from models.config import ModelConfig
-from models.lens import HookedModelMixin, check_positions, check_return_type
+from models.lens import Component, HookedModelMixin, check_positions, check_return_type, tl_component
 from models.tokens import as_token_ids
 
 
@@ -340,7 +340,10 @@ class GlitchLensTransformer(HookedModelMixin, HookedRootModule):
         labels = torch.randperm(self.cfg.label_range, generator=generator)[:n_pos]
         return labels.sort().values.to(device)
 
+    @tl_component("W_E")
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The stream entering block 0: token embeddings plus position embeddings (APE, Label).
+        As TransformerLens's module, ``model.embed.W_E`` is :attr:`W_E`."""
         tokens = as_token_ids(tokens, self.cfg.d_vocab)
         resid = self.hook_embed(self.W_E[tokens])
         if self.cfg.pos_embed != "none":
@@ -390,5 +393,23 @@ class GlitchLensTransformer(HookedModelMixin, HookedRootModule):
             resid = block(resid)
         return self.ln_final(self.blocks[-1].forward_at(resid, positions))
 
+    @tl_component("W_U", "b_U")
     def unembed(self, normalized: torch.Tensor) -> torch.Tensor:
+        """Logits of the final norm's output; ``model.unembed.W_U`` is :attr:`W_U`, as TransformerLens's."""
         return normalized @ self.W_U
+
+    @property
+    def pos_embed(self) -> Component:
+        """TransformerLens's ``pos_embed`` of a model that adds position embeddings to the stream
+        (APE, Label): ``model.pos_embed(tokens)`` is what ``hook_pos_embed`` holds, ``[batch, pos,
+        d_model]``, and ``model.pos_embed.W_pos`` the table. A model without them (RoPE, NoPE, the
+        relative biases) has no ``pos_embed``, as in TransformerLens."""
+        if self.cfg.pos_embed == "none":
+            raise AttributeError(f"this {self.cfg.attention} model adds no position embedding to the stream "
+                                 "(pos_embed='none'), so it has no pos_embed; model.W_pos is the zero table")
+
+        def pos_embed(tokens: torch.Tensor) -> torch.Tensor:
+            tokens = as_token_ids(tokens, self.cfg.d_vocab)
+            return self.W_pos[self.positions(tokens.shape[1], tokens.device)].expand(*tokens.shape, -1)
+
+        return Component(self, pos_embed, ("W_pos",))

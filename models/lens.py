@@ -9,13 +9,19 @@ besides its hooks, shared by the transformer and the LSTM.
   (``norm_placement="stream"``).
 - :class:`HookedModelMixin`: ``run_with_cache`` returning that cache, TransformerLens's return
   types and next-token loss, ``generate``, ``cfg.device`` and ``cfg.dtype`` kept current, the
-  flip-flop letters as the tokenizer (``to_tokens``, ``to_str_tokens``, ...), and the residual
-  directions of tokens for logit attribution.
+  vocabulary of the model's task as the tokenizer (``to_tokens``, ``to_str_tokens``, ``model("w1r1")``),
+  the residual directions of tokens for logit attribution, and hooks that cannot be silent: a
+  hook on a point the model never fires is refused when it is added, and one on a name whose
+  meaning differs from TransformerLens's warns once, naming the ``*_tl`` hook that holds it.
+- :func:`tl_component`: a model's method as TransformerLens's module of that name
+  (``model.embed(tokens)`` and ``model.embed.W_E``).
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import warnings
 from typing import NamedTuple, no_type_check
 
 import numpy as np
@@ -29,7 +35,7 @@ from transformer_lens.utilities import Slice, get_act_name, lm_cross_entropy_los
 
 from kernels.common import upcast
 from kernels.rows import at_rows
-from models.tokens import FLIPFLOP_VOCAB, as_token_ids
+from models.tokens import FLIPFLOP_VOCAB, as_token_ids, detokenize, task_vocab, tokenize
 
 
 def hook_name(model, key: str | tuple) -> str:
@@ -246,6 +252,47 @@ class GlitchLensCache(ActivationCache):
                            return_labels, project_output_onto)
 
 
+class Component:
+    """A model's method seen as TransformerLens's module of that name: calling it calls the
+    method, and its weights are the model's (``model.embed.W_E`` is ``model.W_E``)."""
+
+    def __init__(self, model, method, weights: tuple[str, ...]):
+        self._model, self._method, self._weights = model, method, weights
+
+    def __call__(self, *args, **kwargs):
+        return self._method(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        if name in self._weights:
+            return getattr(self._model, name)
+        raise AttributeError(f"{self._method.__name__} has the weights {', '.join(self._weights)}, not {name!r}")
+
+    def __repr__(self) -> str:
+        return f"{self._method.__name__}({', '.join(self._weights)})"
+
+
+class tl_component:
+    """Decorator of a model's method that TransformerLens has as a module with weights: ``@tl_component("W_E")``
+    on ``embed`` makes ``model.embed(tokens)`` call the method and ``model.embed.W_E`` read ``model.W_E``."""
+
+    def __init__(self, *weights: str):
+        self.weights = weights
+
+    def __call__(self, method):
+        self.method = method
+        functools.update_wrapper(self, method)
+        return self
+
+    def __get__(self, model, owner=None):
+        if model is None:
+            return self
+        return Component(model, self.method.__get__(model, owner), self.weights)
+
+
+class TLMeaningWarning(UserWarning):
+    """A hook whose name TransformerLens also uses holds something else on this model."""
+
+
 def architecture(model) -> str:
     """``rope model (softmax attention, norm_placement='stream')``: what a message names a model by."""
     cfg = model.cfg
@@ -333,11 +380,19 @@ class HookedModelMixin:
     the unembedding as TransformerLens's helpers read them. A model defines ``W_E``, ``W_U``,
     ``unembed`` and ``folded_W_U``.
 
-    ``vocab`` holds the token strings by id, the flip-flop letters; a model trained on another
-    task can be given its own (one character per token) by assigning ``model.vocab``.
+    ``vocab`` holds the token strings by id: those of the task the model was trained on
+    (``trained_task``, which a checkpoint records; flip-flop's letters for a model built here),
+    or any other vocabulary assigned to ``model.vocab``.
     """
 
-    vocab: tuple[str, ...] = FLIPFLOP_VOCAB
+    @property
+    def vocab(self) -> tuple[str, ...]:
+        assigned = self.__dict__.get("_vocab")
+        return assigned if assigned is not None else task_vocab(self.__dict__.get("trained_task"))
+
+    @vocab.setter
+    def vocab(self, vocab: tuple[str, ...]) -> None:
+        self.__dict__["_vocab"] = tuple(vocab)
     # TransformerLens's tokenizer is a Hugging Face one; here the vocabulary is the tokenizer
     # (``to_tokens``, ``to_str_tokens``, ``to_single_token``, ``to_string``), so code that asks
     # ``model.tokenizer is None`` takes its token-id path
@@ -357,6 +412,64 @@ class HookedModelMixin:
         """``{alias: hook}``: names under which TransformerLens's meaning of a hook is reachable
         where the model's own hook of that name means something else (none by default)."""
         return {}
+
+    def tl_meaning_elsewhere(self) -> dict[str, str]:
+        """``{hook: alias}``: the hooks whose meaning differs from TransformerLens's hook of that
+        name, each with the ``*_tl`` hook or alias that holds TransformerLens's meaning (the
+        norms' ``hook_normalized``; ``attn.hook_attn_scores``; ``attn.hook_pattern`` where the
+        mechanism subtracts two views)."""
+        differ = {}
+        for alias in (*self.hook_dict, *self.hook_aliases):
+            own = alias.removesuffix("_tl")
+            if own != alias and own in self.hook_dict and self.hook_aliases.get(alias, alias) != own:
+                differ[own] = alias
+        return differ
+
+    def as_input(self, input):
+        """Text (a string, or a list of strings of as many tokens) as its token ids (:meth:`to_tokens`);
+        anything else as it is."""
+        if isinstance(input, str) or (isinstance(input, list) and input and isinstance(input[0], str)):
+            return self.to_tokens(input)
+        return input
+
+    def __call__(self, input, *args, **kwargs):
+        """The forward, which also takes text (``model("w1r1")``), as TransformerLens's models do."""
+        return super().__call__(self.as_input(input), *args, **kwargs)
+
+    def add_hook(self, name, hook, dir="fwd", is_permanent=False, level=None, prepend=False) -> None:
+        """``HookedRootModule.add_hook``, refusing a named hook point that never fires
+        (:meth:`check_hook`)."""
+        if isinstance(name, str):
+            self.check_hook(name)
+        super().add_hook(name, hook, dir=dir, is_permanent=is_permanent, level=level, prepend=prepend)
+
+    def run_with_hooks(self, *model_args, fwd_hooks=(), bwd_hooks=(), **kwargs):
+        """``HookedRootModule.run_with_hooks`` (text inputs too), refusing a named hook point
+        that never fires (:meth:`check_hook`)."""
+        for name, _ in (*fwd_hooks, *bwd_hooks):
+            if isinstance(name, str):
+                self.check_hook(name)
+        if model_args:
+            model_args = (self.as_input(model_args[0]), *model_args[1:])
+        return super().run_with_hooks(*model_args, fwd_hooks=list(fwd_hooks), bwd_hooks=list(bwd_hooks), **kwargs)
+
+    def check_hook(self, name: str) -> None:
+        """A ``ValueError`` if the hook point ``name`` exists but never fires on this model (a hook
+        there would never run: TransformerLens raises for ``hook_result`` too), saying what to call
+        instead; a :class:`TLMeaningWarning`, once per model and name, if it holds something other
+        than TransformerLens's hook of that name. An unknown name is left to ``mod_dict``'s KeyError."""
+        target = self.hook_aliases.get(name, name)
+        if target not in self.hook_dict:
+            return
+        silent = why_silent(self, target)
+        if silent:
+            raise ValueError(f"a hook on {name} would never run: {silent}")
+        alias = self.tl_meaning_elsewhere().get(name)
+        warned = self.__dict__.setdefault("_warned_tl_meaning", set())
+        if alias is not None and name not in warned:
+            warned.add(name)
+            warnings.warn(f"{name} is not what TransformerLens's hook of that name holds on this "
+                          f"{architecture(self)}: {alias} is (docs/reference/hooks.md)", TLMeaningWarning, stacklevel=3)
 
     def _apply(self, fn, *args, **kwargs):
         # Every move (.to, .cuda, .cpu, .half) goes through here: record where the parameters
@@ -439,6 +552,8 @@ class HookedModelMixin:
         if incl_bwd and (return_type != "loss" or kwargs.get("loss_per_token") or kwargs.get("stop_at_layer")):
             raise ValueError("incl_bwd=True calls backward() on the model's output, which must be one number: pass "
                              "return_type='loss' (without loss_per_token or stop_at_layer)")
+        if args:
+            args = (self.as_input(args[0]), *args[1:])
         out, cache = super().run_with_cache(*args, names_filter=self.unaliased(names_filter), incl_bwd=incl_bwd,
                                             **kwargs)
         cache_dict = cache.cache_dict if isinstance(cache, ActivationCache) else cache
@@ -526,23 +641,18 @@ class HookedModelMixin:
 
     def to_tokens(self, input: str | list[str], prepend_bos: bool | None = None,
                   move_to_device: bool = True) -> torch.Tensor:
-        """``[batch, pos]`` token ids of a string or a list of equally long strings, one token
-        per character: ``to_tokens("w1r1")`` is ``[[0, 4, 1, 4]]``. There is no BOS token and
-        no padding token."""
+        """``[batch, pos]`` token ids of a string or a list of strings of as many tokens, read
+        through the vocabulary of the model's task (:func:`models.tokens.tokenize`: the longest
+        token at each position, spaces between tokens skipped): ``to_tokens("w1r1")`` is
+        ``[[0, 4, 1, 4]]``. There is no BOS token and no padding token."""
         if prepend_bos:
             raise ValueError("the vocabulary has no BOS token: pass prepend_bos=False")
         texts = [input] if isinstance(input, str) else list(input)
-        lengths = sorted({len(text) for text in texts})
+        rows = [tokenize(text, self.vocab) for text in texts]
+        lengths = sorted({len(row) for row in rows})
         if len(lengths) > 1:
-            raise ValueError(f"the strings have lengths {lengths}: the vocabulary has no padding token")
-        ids = {letter: token for token, letter in enumerate(self.vocab)}
-        for text in texts:
-            bad = next((pos for pos, letter in enumerate(text) if letter not in ids), None)
-            if bad is not None:
-                raise ValueError(f"{text[bad]!r} at position {bad} of {text!r} is not a token; "
-                                 f"the vocabulary is {' '.join(self.vocab)}")
-        tokens = torch.tensor([[ids[letter] for letter in text] for text in texts], dtype=torch.long)
-        tokens = tokens.reshape(len(texts), lengths[0] if lengths else 0)
+            raise ValueError(f"the strings have {lengths} tokens: the vocabulary has no padding token")
+        tokens = torch.tensor(rows, dtype=torch.long).reshape(len(texts), lengths[0] if lengths else 0)
         return tokens.to(self.cfg.device) if move_to_device else tokens
 
     def to_str_tokens(self, input: str | torch.Tensor | np.ndarray | list) -> list[str] | list[list[str]]:
@@ -551,7 +661,7 @@ class HookedModelMixin:
         if isinstance(input, list):
             return [self.to_str_tokens(item) for item in input]
         if isinstance(input, str):
-            return [self.vocab[token] for token in self.to_tokens(input, move_to_device=False)[0].tolist()]
+            return [self.vocab[token] for token in tokenize(input, self.vocab)]
         tokens = torch.as_tensor(input)
         if tokens.ndim == 2 and len(tokens) == 1:
             tokens = tokens[0]
@@ -571,5 +681,5 @@ class HookedModelMixin:
         """The text of ids ``[pos]``, or of each row of ``[batch, pos]``."""
         tokens = torch.as_tensor(tokens)
         if tokens.ndim == 2:
-            return ["".join(self.to_str_tokens(row)) for row in tokens]
-        return "".join(self.to_str_tokens(tokens))
+            return [self.to_string(row) for row in tokens]
+        return detokenize(as_token_ids(tokens.reshape(1, -1), len(self.vocab))[0].tolist(), self.vocab)

@@ -283,6 +283,15 @@ def cmd_eval(args) -> int:
     from interp.evaluate import BATCH_SIZE, evaluate_automaton, evaluate_splits, evaluate_tokens
     from models import load
 
+    if args.transformerlens or args.task == "light-switch":
+        from interp.diagnose.transformerlens import eval_command
+
+        return eval_command(args)
+    if args.checkpoint is None:
+        raise ValueError("give a CHECKPOINT to evaluate, or --transformerlens NAME_OR_PATH with --task light-switch")
+    if args.lengths:
+        raise ValueError("--lengths are the light-switch test's (--task light-switch)")
+
     for option, value in (("--data", args.data), ("--splits", args.splits)):
         if value is not None and not value.strip():   # not the default it would fall back to
             raise ValueError(f"{option} is empty; give a value, or leave {option} out for the canonical splits")
@@ -406,6 +415,13 @@ def _recorded_heads(checkpoint: Path) -> int:
 
 def cmd_diagnose(args) -> int:
     from interp.diagnose import diagnose
+
+    if args.transformerlens or args.tokens:
+        from interp.diagnose.transformerlens import diagnose_command
+
+        return diagnose_command(args)
+    if args.checkpoint is None:
+        raise ValueError("give a CHECKPOINT to diagnose, or --transformerlens NAME_OR_PATH with --tokens FILE")
 
     options = {"n": args.n, "lengths": args.lengths, "n_cache_sequences": args.cache_sequences, "device": args.device}
     checkpoint = checkpoint_dir(args.checkpoint)
@@ -788,7 +804,19 @@ def cmd_check_mechanism(args) -> int:
 
 # Each subcommand's function, by the name the parser gives it (``args.command``); the parser
 # names the commands and their options, and imports nothing from here.
+def cmd_campaign(args) -> int:
+    from interp.studies.campaign import campaign, estimate
+
+    if args.estimate:
+        estimate(args.plan, args.out, args.device, args.budget_s, args.jobs, args.reserve_s)
+        return 0
+    if args.budget_s is not None and args.budget_s <= args.reserve_s:
+        raise ValueError(f"--budget-s {args.budget_s:g} leaves no training time after --reserve-s {args.reserve_s:g}")
+    campaign(args.plan, args.out, args.device, args.budget_s, args.jobs, args.checkpoint_s, args.reserve_s)
+    return 0
+
+
 COMMANDS = {"data": cmd_data, "train": cmd_train, "eval": cmd_eval, "diagnose": cmd_diagnose, "explain": cmd_explain,
             "hunt": cmd_hunt, "reproduce": cmd_reproduce, "pretrained": cmd_pretrained, "figures": cmd_figures,
             "bench": cmd_bench, "check-mechanism": cmd_check_mechanism, "check-task": cmd_check_task,
-            "claims": cmd_claims}
+            "claims": cmd_claims, "campaign": cmd_campaign}

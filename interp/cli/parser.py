@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+TRANSFORMERLENS_HELP = ("a TransformerLens model instead of a checkpoint: a Hugging Face name (gpt2, needs a network) "
+                        "or a local directory holding one, loaded as a transformer_lens.TransformerBridge")
 TASK_HELP = ("a registered task: flipflop, automaton, counting (1 variable), counting-3, counting-5, selective-copy "
              "(CoPE Sec. 5.2-5.3), or your own as MODULE:CLASS (docs/how-to/add-a-task.md \"Your own task\")")
 CHECKPOINT_TASK_HELP = ("the task the checkpoint was trained on, which it records (default: that one); MODULE:CLASS "
@@ -31,6 +33,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type of the options in seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
     return value
 
 
@@ -182,8 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="biases on the MLP and the attention output projection (default off)")
 
     p = command("eval", "glitch rates and sequence accuracy of a checkpoint (automaton models: state accuracy on "
-                        "fresh automaton sequences)")
-    p.add_argument("checkpoint", help=checkpoint_help)
+                        "fresh automaton sequences; --transformerlens: the light-switch test of a TransformerLens model)")
+    p.add_argument("checkpoint", nargs="?", help=checkpoint_help)
+    p.add_argument("--transformerlens", default=None, metavar="NAME_OR_PATH", help=TRANSFORMERLENS_HELP)
+    p.add_argument("--lengths", type=positive_int, nargs="+", default=None,
+                   help="--task light-switch: sequence lengths in sentences (default: 16 32 64 128)")
     p.add_argument("--task", default=None, metavar="NAME|MODULE:CLASS", help=CHECKPOINT_TASK_HELP)
     p.add_argument("--splits", default=None, help="comma-separated canonical splits (default: iid,sparse,dense)")
     p.add_argument("--data", default=None, metavar="FILE",
@@ -198,7 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
 
     p = command("diagnose", "evaluate a checkpoint, measure its attention, write a self-contained report")
-    p.add_argument("checkpoint", help=checkpoint_help)
+    p.add_argument("checkpoint", nargs="?", help=checkpoint_help)
+    p.add_argument("--transformerlens", default=None, metavar="NAME_OR_PATH", help=TRANSFORMERLENS_HELP)
+    p.add_argument("--tokens", default=None, metavar="FILE",
+                   help="--transformerlens: the .txt text or .jsonl token file whose sequences are measured")
     p.add_argument("--task", default=None, metavar="NAME|MODULE:CLASS", help=CHECKPOINT_TASK_HELP)
     p.add_argument("--out", type=output_path, required=True,
                    help="directory for report.html, metrics.json/.csv, glitches.csv, PNGs")
@@ -271,7 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="which sweep (app-a: the TRA paper's App. A pair over seeds; tda-threshold: TDA at the paper's "
                         "beta = 1; sharpening: the flip-flop paper's attention-sharpening regularisers; mixture: "
                         "RoPE on a mixture of sparsities; table1-budget: the baselines at 3000 and 10,000 steps; "
-                        "lstm-r2: the flip-flop paper's LSTM recipe over 20 seeds; cope-tasks: CoPE, RoPE, APE and REL on "
+                        "lstm-r2: the flip-flop paper's LSTM recipe over 20 seeds; "
+                        "cope-tasks: CoPE, RoPE, APE, Shaw and REL on "
                         "CoPE's counting and selective copy, interp/studies/cope_tasks.py; interp/studies/registry.py)")
     p.add_argument("--scale", choices=["cpu", "learning", "paper"], default="cpu",
                    help="cpu: tiny models with 4 heads and the cpu-learning-authors recipe, 1000 steps at lr 1e-3, "
@@ -300,6 +320,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar (it goes to stderr: the runs done, the time so far and an estimate of "
                         "what is left)")
+
+    p = command("campaign", "train a plan's runs of the studies on one device as fast as it goes: the seeds of a "
+                            "configuration batched into one model, several configurations at once, within a time "
+                            "budget (interp/studies/campaign.py; docs/how-to/run-on-a-gpu.md \"A campaign\")")
+    p.add_argument("plan", help="the plan: a JSON file of entries naming the studies' runs, in the order to train "
+                                "them (e.g. runs/campaign/plan-h200.json)")
+    p.add_argument("--out", type=output_path, required=True,
+                   help="directory for campaign.jsonl (each group's steps per second) and results.tar (the "
+                        "result.json files written); the runs go to their sweeps' directories")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
+    p.add_argument("--budget-s", type=positive_float, default=None,
+                   help="end within this many seconds: training stops --reserve-s before it, every unfinished run "
+                        "at a checkpoint (the same command resumes it); groups not started by then are cut")
+    p.add_argument("--reserve-s", type=positive_float, default=60.0,
+                   help="seconds of the budget kept for the last evaluations and results.tar")
+    p.add_argument("--checkpoint-s", type=positive_float, default=120.0,
+                   help="seconds between the checkpoints of a batched group")
+    p.add_argument("--jobs", type=positive_int, default=1, help="groups training at once, a process each")
+    p.add_argument("--estimate", action="store_true",
+                   help="train nothing: measure each group's steps per second on --device and print what fits "
+                        "in --budget-s")
 
     p = command("pretrained", "list the shipped pretrained models, show one, or rebuild them from their recipes")
     p.add_argument("action", nargs="?", choices=["list", "build"], default="list",

@@ -35,7 +35,7 @@ ENVIRONMENT_VARIABLES = {ENVIRONMENT_VARIABLE: (
 GUIDE = 'docs/how-to/add-a-task.md "Your own task"'
 NAME = re.compile(r"[a-z][a-z0-9_-]*")
 _TASKS: dict[str, Task] = {}
-BUILT_IN = ("flipflop", "automaton", "counting", "counting-3", "counting-5", "selective-copy")
+BUILT_IN = ("flipflop", "automaton", "counting", "counting-3", "counting-5", "selective-copy", "light-switch")
 _BUILTINS_LOADED = False
 
 
@@ -43,9 +43,9 @@ def _load_builtins() -> None:
     global _BUILTINS_LOADED
     if not _BUILTINS_LOADED:
         _BUILTINS_LOADED = True
-        from interp.tasks import builtin, counting, selective_copy
+        from interp.tasks import builtin, counting, light_switch, selective_copy
 
-        for task in (*builtin.TASKS, *counting.TASKS, *selective_copy.TASKS):
+        for task in (*builtin.TASKS, *counting.TASKS, *selective_copy.TASKS, *light_switch.TASKS):
             register_task(task)
 
 

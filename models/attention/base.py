@@ -22,6 +22,10 @@ points. Every mechanism exposes at least
 - ``hook_result``: each head's output ``z @ W_O``, ``[batch, pos, head, d_model]``, computed
   only while ``cfg.use_attn_result`` is set (TransformerLens's switch, as there)
 
+A mechanism that rotates its whole queries and keys by RoPE (softmax, TRA and FoT with the
+``rope`` option: :attr:`Attention.ROTARY_HOOKS`) also has TransformerLens's ``hook_rot_q`` and
+``hook_rot_k``, the rotated q and k ``[batch, pos, head, d_head]`` (:meth:`Attention.rotate_qk`).
+
 Options come from ``cfg.attention_options`` and are checked against the mechanism's
 ``Options`` dataclass, so a typo is an error rather than a silently ignored key.
 
@@ -52,6 +56,7 @@ from transformer_lens.hook_points import HookPoint
 
 from kernels.common import interpreting, upcast
 from kernels.rows import at_rows
+from models.attention.rope import apply_rope
 
 REGISTRY: dict[str, type["Attention"]] = {}
 
@@ -126,6 +131,10 @@ class Attention(nn.Module):
     # hook_attn_logits (models.lens: the model's ``hook_pattern_tl``). A mechanism that subtracts
     # a second view names its first.
     TL_PATTERN_HOOK = "hook_pattern"
+    # Whether the mechanism rotates its whole q and k with RoPE when its ``rope`` option is on, through
+    # hook_rot_q / hook_rot_k (rotate_qk). Diff rotates each view's half of them, TDA and trela
+    # rotate inside their L2 normalisation: none of them has TransformerLens's rotated q and k.
+    ROTARY_HOOKS = False
 
     def __init__(self, cfg, layer: int):
         super().__init__()
@@ -149,6 +158,22 @@ class Attention(nn.Module):
         self.b_O = nn.Parameter(torch.zeros(cfg.d_model)) if cfg.linear_bias else None
         for name in COMMON_HOOKS:
             setattr(self, name, HookPoint())
+        if self.ROTARY_HOOKS and getattr(self.options, "rope", False):
+            self.hook_rot_q, self.hook_rot_k = HookPoint(), HookPoint()
+
+    def rotate_qk(self, q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batch pos head d_head"]
+                  ) -> tuple[Float[Tensor, "batch pos head d_head"], Float[Tensor, "batch pos head d_head"]]:
+        """q and k rotated by their positions (RoPE), through ``hook_rot_q`` and ``hook_rot_k`` as
+        in TransformerLens's rotary models."""
+        return self.hook_rot_q(apply_rope(q)), self.hook_rot_k(apply_rope(k))
+
+    def zero_bias(self) -> Float[Tensor, "head d_head"]:
+        return self.W_Q.new_zeros(self.n_heads, self.d_head)
+
+    # TransformerLens's per-head biases of q, k and v: none here, so zeros of their shape
+    b_Q = property(zero_bias, doc="``[n_heads, d_head]`` zeros: the queries have no bias.")
+    b_K = property(zero_bias, doc="``[n_heads, d_head]`` zeros: the keys have no bias.")
+    b_V = property(zero_bias, doc="``[n_heads, d_head]`` zeros: the values have no bias.")
 
     @staticmethod
     def project(x: Float[Tensor, "batch pos d_model"], W: Float[Tensor, "head d_model d"]
@@ -217,7 +242,7 @@ class Attention(nn.Module):
     # Hooks computed outside the attention core: a fused kernel still passes through them
     # (softmax's position bias goes into SDPA as its mask; CoPE's gate keys into the reference).
     OUTER_HOOKS = frozenset({"hook_q", "hook_k", "hook_v", "hook_z", "hook_q2", "hook_k2", "hook_forget",
-                             "hook_pos_bias", "hook_k_gate", "hook_result"})
+                             "hook_pos_bias", "hook_k_gate", "hook_result", "hook_rot_q", "hook_rot_k"})
 
     def active_inner_hooks(self) -> list[str]:
         """Names of the hooks inside the attention core that currently have hooks attached."""

@@ -48,7 +48,6 @@ from kernels.common import upcast
 from kernels.forgetting.reference import forgetting_reference
 from kernels.forgetting.rows import forgetting_rows
 from models.attention.base import Attention, has_hooks, imported_on_call, register
-from models.attention.rope import apply_rope
 
 
 class ForgetGated(Attention):
@@ -65,6 +64,8 @@ class ForgetGated(Attention):
     ``logsigmoid`` only for gate logits beyond about +-17 (and a gate edited to 0 is read
     as the smallest normal float32, so its log stays finite).
     """
+
+    ROTARY_HOOKS = True
 
     def __init__(self, cfg, layer: int):
         super().__init__(cfg, layer)
@@ -115,6 +116,6 @@ class FoTAttention(ForgetGated):
                positions: Int[Tensor, "batch query_pos"] | None = None
                ) -> Float[Tensor, "batch query_pos head d_head"]:
         if self.options.rope:
-            q, k = apply_rope(q), apply_rope(k)
+            q, k = self.rotate_qk(q, k)
         log_f = self.log_forget(x)
         return self.core(self.implementation(v.device), positions)(q, k, v, log_f)

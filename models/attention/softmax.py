@@ -20,7 +20,6 @@ from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_ma
                             through, upcast)
 from kernels.rows import at_rows, past_keys
 from models.attention.base import Attention, register
-from models.attention.rope import apply_rope
 
 
 @dataclass
@@ -93,6 +92,8 @@ class SoftmaxAttention(Attention):
     drops weights after the softmax, not the logits.
     """
 
+    ROTARY_HOOKS = True
+
     Options = SoftmaxOptions
     IMPLEMENTATIONS = {"reference": softmax_reference, "sdpa": sdpa_attention, "rows": rows_attention}
 
@@ -123,6 +124,6 @@ class SoftmaxAttention(Attention):
                positions: Int[Tensor, "batch query_pos"] | None = None
                ) -> Float[Tensor, "batch query_pos head d_head"]:
         if self.options.rope:
-            q, k = apply_rope(q), apply_rope(k)
+            q, k = self.rotate_qk(q, k)
         D = self.position_bias(q.shape[0], q.shape[1], q.device)
         return self.core(self.implementation(v.device), positions)(q, k, v, D)

@@ -22,7 +22,6 @@ from kernels.tra.reference import tra_reference
 from kernels.tra.rows import tra_rows
 from models.attention.base import imported_on_call, register, rms_normalise
 from models.attention.fot import ForgetGated
-from models.attention.rope import apply_rope
 
 
 @dataclass
@@ -83,6 +82,6 @@ class TRAAttention(ForgetGated):
         if self.options.qk_norm:
             q, k = rms_normalise(q), rms_normalise(k)
         if self.options.rope:
-            q, k = apply_rope(q), apply_rope(k)
+            q, k = self.rotate_qk(q, k)
         log_delta = self.log_forget(x)  # eq. 8, as log delta
         return self.core(self.implementation(v.device), positions)(q, k, v, log_delta)
