@@ -41,11 +41,16 @@ from kernels.tiles import (causal_tile, check_heads, head_base, key_tile_meta, k
 
 
 @triton.jit
-def _view(s, tau, causal, POWER: tl.constexpr):
-    """One view of one tile from its scores ``s = q k^T``: ``a = (s - tau_i)_+^p`` (0 off the
-    causal support) and ``da/ds``."""
-    r = tl.where(causal, s - tau[:, None], 0.0)
-    r = tl.maximum(r, 0.0)
+def _excess(s, tau, causal):
+    """``r = (s_ij - tau_i)_+`` of one tile from its scores ``s = q k^T`` (0 off the causal
+    support): a view's weights and their derivatives are functions of r that vanish where it
+    does, so a tile whose r is all zero (in every view) adds exactly nothing anywhere."""
+    return tl.maximum(tl.where(causal, s - tau[:, None], 0.0), 0.0)
+
+
+@triton.jit
+def _view(r, POWER: tl.constexpr):
+    """One view's weights ``a = r^p`` and ``da/ds`` from its rectified scores (:func:`_excess`)."""
     if POWER == 1.0:
         return r, (r > 0).to(tl.float32)
     elif POWER == 2.0:
@@ -80,28 +85,30 @@ def _fwd(Q1, K1, Q2, K2, V, TAU, LAM, Z, sq1, sk1, sq2, sk2, sv, sz, T, H,
     for start_n in range(0, tl.minimum((tl.program_id(0) + 1) * BLOCK_M, T), BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         causal = causal_tile(offs_m, offs_n, T)
-        w, _ = _view(tl.dot(q1, tl.trans(load_tile(K1, offs_n, T, sk1, D)), input_precision=PREC), tau, causal, POWER)
+        r1 = _excess(tl.dot(q1, tl.trans(load_tile(K1, offs_n, T, sk1, D)), input_precision=PREC), tau, causal)
         if TWO_VIEWS:
-            w -= lam * _view(tl.dot(q2, tl.trans(load_tile(K2, offs_n, T, sk2, D)), input_precision=PREC), tau, causal,
-                             POWER)[0]
-        if tile_needed(w, SKIP_ZERO_TILES):
+            r2 = _excess(tl.dot(q2, tl.trans(load_tile(K2, offs_n, T, sk2, D)), input_precision=PREC), tau, causal)
+        else:
+            r2 = r1
+        if tile_needed(r1 + r2, SKIP_ZERO_TILES):
+            w = _view(r1, POWER)[0]
+            if TWO_VIEWS:
+                w -= lam * _view(r2, POWER)[0]
             v = load_tile(V, offs_n, T, sv, D)
             acc += tl.dot(w.to(v.dtype), v, input_precision=PREC)
     store_tile(head_base(Z, b, h, sz), offs_m, T, sz, acc, D)
 
 
 @triton.jit
-def _views(s1, s2, tau, causal, POWER: tl.constexpr, TWO_VIEWS: tl.constexpr):
-    """Both views of one tile and their derivatives, ``a1, g1, a2, g2`` (with one view, s2 is not
-    read and the second pair is the first), and ``support``: non-negative, and zero exactly where
-    every one of them is, so that a tile whose support is all zero adds exactly nothing to any
-    gradient."""
-    a1, g1 = _view(s1, tau, causal, POWER)
+def _views(r1, r2, POWER: tl.constexpr, TWO_VIEWS: tl.constexpr):
+    """Both views of one tile and their derivatives, ``a1, g1, a2, g2``, from their rectified
+    scores (with one view, r2 is r1 and the second pair is the first)."""
+    a1, g1 = _view(r1, POWER)
     if TWO_VIEWS:
-        a2, g2 = _view(s2, tau, causal, POWER)
-        return a1, g1, a2, g2, a1 + g1 + a2 + g2
+        a2, g2 = _view(r2, POWER)
+        return a1, g1, a2, g2
     else:
-        return a1, g1, a1, g1, a1 + g1
+        return a1, g1, a1, g1
 
 
 @triton.jit
@@ -137,9 +144,11 @@ def _bwd_dkdv(Q1, K1, Q2, K2, V, TAU, LAM, DO, DK1, DK2, DV, sq1, sk1, sq2, sk2,
         q1, q2 = _view_rows(Q1, Q2, offs_m, T, sq1, sq2, D, TWO_VIEWS)
         s1 = key_tile_products(q1, k1, Q1, K1, offs_m, offs_n, T, sq1, sk1, D, PREC)
         s2 = key_tile_products(q2, k2, Q2, K2, offs_m, offs_n, T, sq2, sk2, D, PREC) if TWO_VIEWS else s1
-        a1, g1, a2, g2, support = _views(s1, s2, load_row(TAU, offs_m, T), causal_tile(offs_m, offs_n, T), POWER,
-                                         TWO_VIEWS)
-        if tile_needed(support, SKIP_ZERO_TILES):
+        tau, causal = load_row(TAU, offs_m, T), causal_tile(offs_m, offs_n, T)
+        r1 = _excess(s1, tau, causal)
+        r2 = _excess(s2, tau, causal) if TWO_VIEWS else r1
+        if tile_needed(r1 + r2, SKIP_ZERO_TILES):
+            a1, g1, a2, g2 = _views(r1, r2, POWER, TWO_VIEWS)
             do = load_tile(DO, offs_m, T, so, D)
             w, ds1, ds2, _ = _tile_grads(a1, g1, a2, g2, key_tile_products(do, v, DO, V, offs_m, offs_n, T, so, sv, D,
                                                                            PREC), lam, TWO_VIEWS)
@@ -175,8 +184,11 @@ def _bwd_dq(Q1, K1, Q2, K2, V, TAU, LAM, DO, DQ1, DQ2, DTAU, DLAM, sq1, sk1, sq2
         k1, k2 = _view_rows(K1, K2, offs_n, T, sk1, sk2, D, TWO_VIEWS)
         s1 = tl.dot(q1, tl.trans(k1), input_precision=PREC)
         s2 = tl.dot(q2, tl.trans(k2), input_precision=PREC) if TWO_VIEWS else s1
-        a1, g1, a2, g2, support = _views(s1, s2, tau, causal_tile(offs_m, offs_n, T), POWER, TWO_VIEWS)
-        if tile_needed(support, SKIP_ZERO_TILES):
+        causal = causal_tile(offs_m, offs_n, T)
+        r1 = _excess(s1, tau, causal)
+        r2 = _excess(s2, tau, causal) if TWO_VIEWS else r1
+        if tile_needed(r1 + r2, SKIP_ZERO_TILES):
+            a1, g1, a2, g2 = _views(r1, r2, POWER, TWO_VIEWS)
             dA = tl.dot(do, tl.trans(load_tile(V, offs_n, T, sv, D)), input_precision=PREC)
             _, ds1, ds2, dA_a2 = _tile_grads(a1, g1, a2, g2, dA, lam, TWO_VIEWS)
             dq1 += tl.dot(ds1.to(k1.dtype), k1, input_precision=PREC)
@@ -246,15 +258,19 @@ def _check_power(p: float) -> float:
 
 def threshold_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta, kappa=1.0, p: float = 2.0,
                         block_m: int | None = None, block_n: int | None = None,
-                        skip_zero_tiles: bool = False) -> torch.Tensor:
+                        skip_zero_tiles: bool = True) -> torch.Tensor:
     """Threshold rectified attention (``trela``): ``sum_j a_ij v_j`` before the output RMSNorm.
 
     Shapes and semantics in the module docstring. ``block_m``/``block_n`` override the tile
-    sizes (powers of two >= 16); ``skip_zero_tiles`` skips the V load and P V product of
-    all-zero key tiles in the forward pass, and in the backward every load and product but the
-    scores of tiles where the view and its derivative are zero (exact; whether it pays depends
-    on the sparsity, see ``kernels.bench.zero_tile_fraction`` and ``glitchlens bench tiles CKPT
-    --skip-gain``)."""
+    sizes (powers of two >= 16). ``skip_zero_tiles`` (on by default) decides per tile, from the
+    tile's largest rectified score ``max_ij (s_ij - tau_i)_+`` (one reduction of the scores every
+    tile needs anyway), whether anything survives the threshold; a tile where nothing does
+    computes no power, loads no V and runs no P V product in the forward pass, and in the
+    backward runs no load or product but the scores. Exact, bit for bit: such a tile adds
+    exactly zero to the output and to every gradient. (A cheaper bound from norms alone cannot
+    decide: q and k are L2-normalised, so Cauchy-Schwarz bounds a tile's scores by 1, above tau
+    at every length the models see.) ``skip_zero_tiles=False`` runs every tile, for comparison
+    (``kernels.bench.bench_zero_tile_skipping``, ``glitchlens bench tiles CKPT --skip-gain``)."""
     B, T, H, D = check_heads(q, k, v)
     tau = _tau(B, T, H, D, beta, kappa, v.device)
     return ThresholdAttentionFunction.apply(q, k, None, None, v, tau, None, _check_power(p), block_m, block_n,
@@ -264,11 +280,11 @@ def threshold_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta,
 def differential_threshold_attention(q1: torch.Tensor, k1: torch.Tensor, q2: torch.Tensor, k2: torch.Tensor,
                                      v: torch.Tensor, beta, lam, kappa=1.0, p: float = 2.0,
                                      block_m: int | None = None, block_n: int | None = None,
-                                     skip_zero_tiles: bool = False) -> torch.Tensor:
+                                     skip_zero_tiles: bool = True) -> torch.Tensor:
     """Threshold differential attention (``tda``): ``sum_j (a1_ij - lam a2_ij) v_j`` before
     the output RMSNorm. As :func:`threshold_attention`, with a second view (q2, k2) sharing
     tau, p and V, and the inhibition strength ``lam`` (already in (0, 1); the models pass
-    ``sigmoid(lambda_logit)``)."""
+    ``sigmoid(lambda_logit)``). A tile is skipped when nothing survives in either view."""
     B, T, H, D = check_heads(q1, k1, q2, k2, v)
     tau = _tau(B, T, H, D, beta, kappa, v.device)
     lam = torch.broadcast_to(torch.as_tensor(lam, dtype=torch.float32, device=v.device).reshape(1, -1), (B, H))

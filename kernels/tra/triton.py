@@ -229,12 +229,12 @@ class TRAAttentionFunction(torch.autograd.Function):
 
 def tra_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_delta: torch.Tensor,
                   block_m: int | None = None, block_n: int | None = None,
-                  skip_zero_tiles: bool = False) -> torch.Tensor:
+                  skip_zero_tiles: bool = True) -> torch.Tensor:
     """Threshold Relative Attention ``z`` from q, k, v and the forget gate's log.
 
     Shapes and semantics in the module docstring. ``block_m``/``block_n`` override the tile
-    sizes (powers of two >= 16); ``skip_zero_tiles`` skips the work of key tiles without a
-    survivor after their scores, in the forward pass (the V load and P V product) and in the
+    sizes (powers of two >= 16); ``skip_zero_tiles`` (on by default; off for comparison) skips
+    the work of key tiles without a survivor after their scores, in the forward pass (the V load and P V product) and in the
     backward (every product but the scores): exact, since such a tile adds exactly zero;
     whether it pays depends on the sparsity, see ``kernels.bench.zero_tile_fraction``."""
     B, T, H, _ = check_heads(q, k, v)
