@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from interp.evaluate import BATCH_SIZE, predict_reads
+from interp.outputs import moved, staged
 from interp.tasks import get_task
 from interp.tasks.registry import write_token_file
 
@@ -49,14 +50,16 @@ def summary(result: dict) -> dict:
                                  for name, r in result["splits"].items()}}
 
 
-def write_task_hunt(result: dict, out_dir) -> dict[str, Path]:
-    """``hunt.json`` and, per split with failures, ``failing-SPLIT.jsonl`` (:func:`write_token_file`)."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+def write_task_hunt(result: dict, out_dir, overwrite: bool = False) -> dict[str, Path]:
+    """``hunt.json`` and, per split with failures, ``failing-SPLIT.jsonl`` (:func:`write_token_file`),
+    written through the staged writer of :mod:`interp.outputs`: a file of these names in
+    ``out_dir`` that glitchlens did not write (a sequence file of one's own, a link) is refused
+    unless ``overwrite``, and nothing moves."""
     task = get_task(result["task"])
-    files = {f"failing-{name}": write_token_file(task, r["failing"], out_dir / f"failing-{name}.jsonl")
-             for name, r in result["splits"].items() if len(r["failing"])}
-    files["json"] = out_dir / "hunt.json"
-    files["json"].write_text(json.dumps({**summary(result), "files": {k: p.name for k, p in files.items()
-                                                                     if k != "json"}}, indent=2) + "\n")
-    return files
+    with staged(out_dir, overwrite, ("hunt.json",)) as stage:
+        files = {f"failing-{name}": write_token_file(task, r["failing"], stage / f"failing-{name}.jsonl")
+                 for name, r in result["splits"].items() if len(r["failing"])}
+        files["json"] = stage / "hunt.json"
+        files["json"].write_text(json.dumps({**summary(result), "files": {k: p.name for k, p in files.items()
+                                                                         if k != "json"}}, indent=2) + "\n")
+    return moved(files, stage, out_dir)
