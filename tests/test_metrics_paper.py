@@ -215,10 +215,12 @@ def test_clopper_pearson_refuses_counts_and_confidences_it_cannot_have(call, arg
         call()
 
 
-def test_sparsity_of_a_nan_map_is_nan_not_zero():
+def test_sparsity_of_a_nan_map_is_refused_not_zero():
     a = torch.full((1, 2, 4, 4), math.nan)
     a[:, 1] = torch.eye(4)                      # head 1 is a finite map: 6 of its 10 causal entries are 0
-    assert np.isnan(value(sparsity(a), "sparsity", head=0)) and value(sparsity(a), "sparsity", head=1) == 0.6
+    assert value(sparsity(a[:, 1:]), "sparsity", head=0) == 0.6
+    with pytest.raises(ValueError, match=r"maps\[0\] holds NaN or infinite weights at causal entries"):
+        sparsity(a)
 
 
 def test_sink_ratio_refuses_a_key_past_the_map():

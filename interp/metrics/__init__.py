@@ -6,7 +6,8 @@ capture of the maps they read.
 the last write's bit wherever the model moved it, or on the write itself (flip-flop paper Fig. 5,
 12, 14). ``anatomy``: where the final layer looks at each read and which logit term decided it, and the
 intervals of shares and means (Wilson, t). ``capture``: running a model for its maps, collected or streamed layer by layer.
-Nothing here imports ``models``.
+Nothing here imports ``models`` but the checks of the arguments (``models.validate``: a bad argument
+is a one-line ``ValueError`` or ``TypeError`` naming it) and of token ids (``models.tokens``).
 
 The shapes are in the signatures (jaxtyping), with TransformerLens's axis names: ``batch``, ``pos``
 (token positions), ``head``, ``query_pos`` and ``key_pos`` (a map's rows and columns), ``d_head``,

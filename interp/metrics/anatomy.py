@@ -22,9 +22,10 @@ from jaxtyping import Bool, Float, Integer, Shaped
 from scipy.special import ndtri, stdtrit
 from torch import Tensor
 
-from interp.metrics.attention import Map, causal
-from interp.metrics.probes import Carriers, Tokens
+from interp.metrics.attention import Map, causal, checked_map
+from interp.metrics.probes import Carriers, Tokens, _carriers, _ids
 from interp.tasks.flipflop import WRITE, last_write_positions, read_mask
+from models import validate
 
 # The regions a destination can be, in the order they claim a key, then the class of a read whose
 # attention no region holds the majority of.
@@ -65,7 +66,9 @@ def key_regions(tokens: Tokens, carriers: Carriers, seq: ReadIndex, position: Re
     sink of TDA paper (``003_ffe354fecd74e1d6.txt``) Sec. 3); a helper on token ids and bit
     carriers.
     """
-    tokens, carriers = np.asarray(tokens), np.asarray(carriers)
+    tokens = _ids(tokens, "tokens")
+    carriers = _carriers(carriers, tokens)
+    seq, position = _reads_at(seq, position, tokens.shape)
     write_pos = last_write_positions(tokens)[seq, position]
     if (write_pos < 0).any():
         raise ValueError("every read needs a write before it; a flip-flop sequence starts with w")
@@ -85,6 +88,25 @@ def key_regions(tokens: Tokens, carriers: Carriers, seq: ReadIndex, position: Re
     return dict(zip((*REGIONS, OTHER), (last, older, first, recent, other)))
 
 
+def _reads_at(seq, position, shape: tuple[int, ...]) -> tuple[ReadIndex, ReadIndex]:
+    """``seq`` and ``position``, integer arrays ``[read]`` of equal length, inside ``shape``'s
+    ``(n, ..., T)``."""
+    seq, position = (np.asarray(validate.array(name, x, "integer", 1, empty=True, lists=True), dtype=np.int64)
+                     for name, x in (("seq", seq), ("position", position)))
+    if seq.shape != position.shape:
+        raise ValueError(f"seq {seq.shape} and position {position.shape} must hold one entry per read")
+    for name, x, size in (("seq", seq, shape[0]), ("position", position, shape[-1])):
+        if ((x < 0) | (x >= size)).any():
+            raise ValueError(f"{name} must lie in [0, {size}), got {x[(x < 0) | (x >= size)][:3].tolist()}")
+    return seq, position
+
+
+def _reads_frame(reads, shape: tuple[int, ...]) -> tuple[ReadIndex, ReadIndex]:
+    """The ``seq`` and ``position`` columns of a :func:`read_table` frame, checked by :func:`_reads_at`."""
+    validate.frame("reads", reads, ("seq", "position"))
+    return _reads_at(reads.seq.to_numpy(copy=True), reads.position.to_numpy(copy=True), shape)
+
+
 def _read_rows(a: Shaped[Tensor, "batch head query_pos key_pos"], seq: ReadIndex, position: ReadIndex
                ) -> Shaped[Tensor, "read head key_pos"]:
     """``[read, head, key_pos]``: the rows of map ``a`` ``[batch, head, query_pos, key_pos]`` at the reads."""
@@ -100,6 +122,15 @@ def region_masses(pattern: Map, regions: dict[str, Bool[Tensor, "read key_pos"]]
     The project's glitch anatomy; masses by magnitude as TDA paper (``003_ffe354fecd74e1d6.txt``)
     Sec. 3 normalises rows (``|a_ij| / ||a_i||_1``); on the final layer's ``hook_pattern``.
     """
+    pattern = checked_map("pattern", pattern, 4)
+    seq, position = _reads_at(seq, position, pattern.shape)
+    if not isinstance(regions, dict) or not regions:
+        raise TypeError(f"regions must be a dict {{region: [read, key_pos] bool}} (key_regions), got "
+                        f"{validate.shown(regions)}")
+    for name, keys in regions.items():
+        if tuple(validate.array(f"regions[{name!r}]", keys, "bool", 2, empty=True).shape) != (len(seq), pattern.shape[-1]):
+            raise ValueError(f"regions[{name!r}] must be [read, key_pos] = [{len(seq)}, {pattern.shape[-1]}], got "
+                             f"{tuple(keys.shape)}")
     rows = _read_rows(pattern, seq, position).abs()
     rows = rows.masked_fill(~causal(pattern.shape[-1])[torch.as_tensor(position)][:, None, :], 0.0)
     total = rows.sum(-1)
@@ -113,7 +144,7 @@ def destination(masses: pd.DataFrame) -> pd.Series:
 
     A helper, no paper quantity: the class of a row of :func:`region_masses`.
     """
-    values = masses[list(REGIONS)].to_numpy(dtype=float)
+    values = validate.frame("masses", masses, REGIONS)[list(REGIONS)].to_numpy(dtype=float)
     best = np.nan_to_num(values, nan=-1.0).argmax(1)
     held = np.take_along_axis(values, best[:, None], 1)[:, 0] > 0.5
     return pd.Series(np.where(held, np.array(REGIONS, dtype=object)[best], SPREAD), index=masses.index)
@@ -131,7 +162,7 @@ def attention_destinations(pattern: Map, tokens: Tokens, carriers: Carriers, rea
 
     The project's glitch anatomy (no paper figure); on the final layer's ``hook_pattern``.
     """
-    seq, position = reads.seq.to_numpy(copy=True), reads.position.to_numpy(copy=True)
+    seq, position = _reads_frame(reads, checked_map("pattern", pattern, 4).shape)
     masses = region_masses(pattern, key_regions(tokens, carriers, seq, position), seq, position)
     frame = reads.reset_index(drop=True).copy()
     for name, mass in masses.items():
@@ -146,7 +177,7 @@ def retrieval_head(pattern: Map, tokens: Tokens, carriers: Carriers, reads: pd.D
 
     A helper, no paper quantity; on the final layer's ``hook_pattern``.
     """
-    seq, position = reads.seq.to_numpy(copy=True), reads.position.to_numpy(copy=True)
+    seq, position = _reads_frame(reads, checked_map("pattern", pattern, 4).shape)
     masses = region_masses(pattern, key_regions(tokens, carriers, seq, position), seq, position)
     return int(torch.nan_to_num(masses[REGIONS[0]], nan=0.0).mean(0).argmax())
 
@@ -174,7 +205,13 @@ def logit_split(content: Map, position_term: Map, allowed: Shaped[Tensor, "batch
     TRA's from TRA paper (``000_1e40be65c4985cd5.txt``) eq. 3-12 (S, S' = ReLU(S), M, D-bar log
     delta); on the hooks of ``interp.figures.anatomy.SPLIT_HOOKS``.
     """
-    seq, position = reads.seq.to_numpy(copy=True), reads.position.to_numpy(copy=True)
+    content, position_term = checked_map("content", content, 4), checked_map("position_term", position_term, 4)
+    allowed = validate.array("allowed", allowed, "any", 4)
+    if not content.shape == position_term.shape == allowed.shape:
+        raise ValueError(f"content {tuple(content.shape)}, position_term {tuple(position_term.shape)} and allowed "
+                         f"{tuple(allowed.shape)} must be one shape, [batch, head, query_pos, key_pos]")
+    head = validate.integer("head", head, 0, content.shape[1] - 1)
+    seq, position = _reads_frame(reads, content.shape)
     last = key_regions(tokens, carriers, seq, position)[REGIONS[0]]
     c, p = (_read_rows(x[:, head:head + 1], seq, position)[:, 0] for x in (content, position_term))
     ok = _read_rows(allowed[:, head:head + 1], seq, position)[:, 0].bool()
@@ -210,9 +247,14 @@ def wilson_interval(count, n, confidence: float = 0.95
     z the normal quantile at 1 - (1 - confidence) / 2. No paper of the four gives intervals:
     they are the project's, on shares of reads. A count outside ``0..n``, a negative ``n`` or a
     confidence outside (0, 1) is a ``ValueError`` naming the argument."""
-    count, n = np.asarray(count, dtype=float), np.asarray(n, dtype=float)
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    count, n = (np.asarray(validate.array(name, x if isinstance(x, (list, tuple)) else np.asarray(x), "real",
+                                          empty=True, lists=True), dtype=float)
+                for name, x in (("count", count), ("n", n)))
+    confidence = validate.number("confidence", confidence, 0, 1, open_low=True, open_high=True)
+    try:
+        np.broadcast_shapes(count.shape, n.shape)
+    except ValueError:
+        raise ValueError(f"count {count.shape} and n {n.shape} must have one shape (or broadcast to one)") from None
     if (n < 0).any():
         raise ValueError(f"n must be >= 0, got {n[n < 0].ravel()[:3].tolist()}")
     outside = (count < 0) | (count > n)
@@ -236,6 +278,8 @@ def share_table(frame: pd.DataFrame, by: Sequence[str], column: str, classes: Se
     A statistics helper, no paper quantity: shares of a frame's classes with
     :func:`wilson_interval`.
     """
+    by, classes = validate.strings("by", by, empty=False), validate.strings("classes", classes)
+    validate.frame("frame", frame, [*by, validate.text("column", column)])
     rows = []
     for key, group in frame.groupby(list(by), observed=True, sort=True):
         counts = group[column].value_counts()
@@ -254,6 +298,9 @@ def mean_interval(frame: pd.DataFrame, by: Sequence[str], value: str, confidence
 
     A statistics helper, no paper quantity (no paper of the four gives intervals).
     """
+    by = validate.strings("by", by, empty=False)
+    validate.frame("frame", frame, [*by, validate.text("value", value)])
+    confidence = validate.number("confidence", confidence, 0, 1, open_low=True, open_high=True)
     grouped = frame.groupby(list(by), observed=True)[value]
     table = pd.DataFrame({"mean": grouped.mean(), "n": grouped.count(), "std": grouped.std()}).reset_index()
     t = stdtrit(np.maximum(table.n - 1, 1), 1 - (1 - confidence) / 2)   # Student's t quantile
@@ -271,6 +318,8 @@ def growth_exponent(frame: pd.DataFrame, by: Sequence[str], x: str = "seq_len", 
     The project's summary of TDA paper (``003_ffe354fecd74e1d6.txt``) App. B.2 / Fig. 4 (survivors
     against length); on :func:`~interp.metrics.survivor_growth` frames.
     """
+    by = validate.strings("by", by, empty=False)
+    validate.frame("frame", frame, [*by, validate.text("x", x), validate.text("y", y)])
     rows = []
     for key, group in frame[frame[y] > 0].groupby(list(by), observed=True):
         lx, ly = np.log(group[x].to_numpy(dtype=float)), np.log(group[y].to_numpy(dtype=float))

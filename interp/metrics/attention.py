@@ -31,6 +31,7 @@ from scipy.special import stdtrit
 from torch import Tensor
 
 from kernels.common import suffix_sum
+from models import validate
 
 # One layer's map, in TransformerLens's hook_pattern shape; Maps: one map, or one per layer
 Map = Float[Tensor, "batch head query_pos key_pos"]
@@ -44,6 +45,15 @@ DESCRIPTIVE = ("value", "gaussian", "sigma", "mean", "constant_view", "n_entries
 
 # Only guards 0 / 0 and log 0; all-zero rows are excluded before any entropy is averaged.
 EPS = 1e-12
+# The longest map causal() builds: [T, T] bools of 16 GiB, more than any map a metric reads
+MAX_CAUSAL = 1 << 17
+# The reductions summarise() takes by name
+REDUCTIONS = ("mean", "median", "sum", "min", "max", "std", "var", "sem", "count", "size", "first", "last", "prod",
+              "nunique")
+
+
+class MissingHookError(KeyError, ValueError):
+    """A map was asked for whose attention hook the model (or the cache) does not have."""
 
 
 def attention_hook(name: str) -> re.Pattern:
@@ -59,34 +69,54 @@ def cache_maps(cache, name: str = "pattern") -> dict[int, Map]:
 
     A helper, no paper quantity.
     """
-    pattern = attention_hook(name)
-    maps = {int(m.group(1)): cache[key] for key in cache.keys() if (m := pattern.fullmatch(key))}
+    if not (hasattr(cache, "keys") and hasattr(cache, "__getitem__")):
+        raise TypeError(f"cache must be a TransformerLens ActivationCache or a dict of hook name -> tensor, got "
+                        f"{validate.shown(cache)}")
+    pattern = attention_hook(validate.text("name", name))
+    maps = {int(m.group(1)): cache[key] for key in cache.keys() if isinstance(key, str) and (m := pattern.fullmatch(key))}
     if not maps:
-        raise KeyError(f"the cache has no 'blocks.*.attn.hook_{name}' (was it run with that hook cached?)")
+        raise MissingHookError(f"the cache has no 'blocks.*.attn.hook_{name}' (was it run with that hook cached?)")
     return dict(sorted(maps.items()))
 
 
 def by_layer(maps: Maps) -> dict[int, Map]:
-    """``Maps`` -> ``{layer: [batch, head, T, T]}``; a bare map is layer 0.
+    """``Maps`` -> ``{layer: [batch, head, T, T]}``; a bare map is layer 0. Each map is checked as
+    :func:`checked_map` does.
 
     A helper, no paper quantity.
     """
+    return layers_of(maps, "maps")
+
+
+def layers_of(maps: Maps, argument: str) -> dict[int, Map]:
+    """:func:`by_layer` of the argument named ``argument``, which its errors name."""
     if isinstance(maps, (torch.Tensor, np.ndarray)):
         maps = {0: maps}
-    elif not isinstance(maps, Mapping):
+    elif isinstance(maps, Sequence) and not isinstance(maps, (str, bytes)):
         maps = dict(enumerate(maps))
+    elif not isinstance(maps, Mapping):
+        raise TypeError(f"{argument} must be a map [batch, head, query_pos, key_pos] or a dict or list of them, got "
+                        f"{validate.shown(maps)}")
     if not maps:
-        raise ValueError("no attention maps given (an empty dict or list); pass {layer: [batch, head, query_pos, "
-                         "key_pos]}, e.g. cache_maps(cache)")
-    layers = {}
-    for layer, a in maps.items():
-        a = torch.as_tensor(a).detach()
-        if a.ndim != 4 or a.shape[-1] != a.shape[-2]:
-            raise ValueError(
-                f"layer {layer}: expected [batch, head, query_pos, key_pos] with query_pos == key_pos, "
-                f"got shape {tuple(a.shape)}")
-        layers[layer] = a
-    return layers
+        raise ValueError(f"{argument}: no attention maps given (an empty dict or list); pass {{layer: [batch, head, "
+                         "query_pos, key_pos]}, e.g. cache_maps(cache)")
+    return {validate.integer(f"{argument}'s layer", layer, 0): checked_map(f"{argument}[{layer}]", a, 4)
+            for layer, a in maps.items()}
+
+
+def checked_map(argument: str, a, ndim: int | None = None) -> Float[Tensor, "*batch query_pos key_pos"]:
+    """``a`` as a detached tensor, or a one-line error naming ``argument``: a floating-point map
+    ``[*batch, query_pos, key_pos]`` (``ndim`` axes when given) with query_pos == key_pos, not empty,
+    finite on its causal entries (those above the diagonal are never read: raw scores hold any
+    value there). A map holding NaN there (a diverged model's) has no metrics."""
+    a = torch.as_tensor(validate.array(argument, a, "float", finite=False)).detach()
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2] or (ndim is not None and a.ndim != ndim):
+        axes = "[batch, head, query_pos, key_pos]" if ndim == 4 else "[*batch, query_pos, key_pos]"
+        raise ValueError(f"{argument} must be {axes} with query_pos == key_pos, got shape {tuple(a.shape)}")
+    if not torch.isfinite(a.tril()).all():
+        raise ValueError(f"{argument} holds NaN or infinite weights at causal entries (key <= query): a diverged "
+                         "model's maps have no metrics")
+    return a
 
 
 def causal(n: int, device=None) -> Bool[Tensor, "query_pos key_pos"]:
@@ -94,6 +124,8 @@ def causal(n: int, device=None) -> Bool[Tensor, "query_pos key_pos"]:
 
     A helper, no paper quantity.
     """
+    n = validate.integer("n", n, 0, MAX_CAUSAL)
+    device = None if device is None else validate.device("device", device)
     return torch.ones(n, n, dtype=torch.bool, device=device).tril()
 
 
@@ -102,6 +134,7 @@ def magnitudes(a: Float[Tensor, "*batch query_pos key_pos"]) -> Float[Tensor, "*
 
     A helper of the TDA paper (``003_ffe354fecd74e1d6.txt``) Sec. 3 metrics.
     """
+    a = checked_map("a", a)
     return a.float().abs().masked_fill(~causal(a.shape[-1], a.device), 0.0)
 
 
@@ -113,7 +146,12 @@ def l1_normalised(a: Float[Tensor, "*batch query_pos key_pos"], eps: float = EPS
     TDA paper (``003_ffe354fecd74e1d6.txt``) Sec. 3's p_ij of :func:`effective_entropy`; on any map.
     """
     mag = magnitudes(a)
-    return mag / mag.sum(-1, keepdim=True).clamp_min(eps)
+    return mag / mag.sum(-1, keepdim=True).clamp_min(positive_eps(eps))
+
+
+def positive_eps(eps: float) -> float:
+    """``eps``, a finite number > 0 (a guard of 0 / 0 and log 0), or a ``ValueError``."""
+    return validate.number("eps", eps, 0, open_low=True)
 
 
 def zero_rows(a: Float[Tensor, "*batch query_pos key_pos"]
@@ -123,6 +161,7 @@ def zero_rows(a: Float[Tensor, "*batch query_pos key_pos"]
 
     A helper, no paper quantity.
     """
+    a = checked_map("a", a)
     return ~((a != 0) & causal(a.shape[-1], a.device)).any(-1)
 
 
@@ -130,6 +169,7 @@ def metric_frame(maps: Maps, name: str, stats: Callable[[Map], dict[str, Shaped[
                  position: str | None = None) -> pd.DataFrame:
     """Rows ``(layer, head[, position], metric, value, map, seq_len)`` from ``stats(a)``, which
     maps each metric to a ``[head]`` tensor, or ``[head, T]`` when ``position`` names the last axis."""
+    validate.text("name", name)
     parts = []
     for layer, a in by_layer(maps).items():
         for metric, values in stats(a).items():
@@ -151,7 +191,9 @@ def summarise(frame: pd.DataFrame, over: Sequence[str] = ("head",), how: str = "
 
     A helper, no paper quantity.
     """
-    over = [over] if isinstance(over, str) else list(over)
+    validate.frame("frame", frame, ("value",))
+    over = validate.strings("over", over)
+    validate.text("how", how, REDUCTIONS)
     missing = [c for c in over if c not in frame.columns]
     if missing:
         raise ValueError(f"over: {missing} {'is not a column' if len(missing) == 1 else 'are not columns'} of the "
@@ -169,14 +211,13 @@ def sparsity(maps: Maps, name: str = "pattern") -> pd.DataFrame:
 
     Choice: the paper's numerator runs over all (i, j), which would also count the masked
     upper triangle (a dense map would score (T - 1) / (T + 1)); only causal entries count here.
-    A head whose causal entries hold a NaN (a diverged model) has sparsity NaN, not the share
-    of its finite zeros: a NaN is neither zero nor non-zero.
+    A map whose causal entries hold a NaN (a diverged model) is a ``ValueError``: a NaN is
+    neither zero nor non-zero.
     Per layer / overall: ``summarise(frame)`` / ``summarise(frame, ("layer", "head"))``.
     """
     def stats(a):
         mask = causal(a.shape[-1], a.device)
-        share = ((a == 0) & mask).sum((0, 2, 3)).double() / (mask.sum() * a.shape[0])
-        return {"sparsity": share.masked_fill((a.isnan() & mask).any(-1).any(-1).any(0), math.nan)}
+        return {"sparsity": ((a == 0) & mask).sum((0, 2, 3)).double() / (mask.sum() * a.shape[0])}
 
     return metric_frame(maps, name, stats)
 
@@ -267,6 +308,8 @@ def last_row_dispersion(maps: Maps, eps: float = EPS, name: str = "pattern") -> 
     paper's formula gives it (p_ij = 0 / (0 + eps)), where :func:`dispersion` leaves such rows
     out; ``zero_row_fraction`` says how many there were. NaN for T = 1 (log 1 = 0).
     """
+    eps = positive_eps(eps)
+
     def stats(a):
         last = a[:, :, -1].double().abs()                           # [batch, head, key_pos]: row i = T, all causal
         H = shannon_entropy(last / last.sum(-1, keepdim=True).clamp_min(eps), eps)
@@ -292,7 +335,7 @@ def sink_ratio(maps: Maps, key_pos: Iterable[int] | None = None, name: str = "pa
     """
     layers = by_layer(maps)
     if key_pos is not None:
-        key_pos = [int(k) for k in key_pos]
+        key_pos = validate.integers("key_pos", key_pos)
         shortest = min(a.shape[-1] for a in layers.values())
         outside = [k for k in key_pos if not 0 <= k < shortest]
         if outside:
@@ -316,6 +359,8 @@ def sink_eps(sink_frame: pd.DataFrame, eps: float = 0.3) -> pd.DataFrame:
 
     the fraction of heads whose mean (l1-normalised, absolute) mass on key k exceeds eps.
     """
+    validate.frame("sink_frame", sink_frame, ("layer", "head", "metric", "value"))
+    eps = validate.number("eps", eps, 0, 1)
     mass = sink_frame[sink_frame.metric == "key_mass"]
     above = mass.assign(value=(mass.value > eps).astype(float), metric="sink_eps")
     return summarise(above, over=("layer", "head"))
@@ -346,7 +391,13 @@ def survivor_scaling(maps_per_length: Iterable[MapAnyLength | Mapping[int, MapAn
     the same model run on sequences of each length, one ``Maps`` per length. ``growth`` is the
     count relative to the shortest length, ``linear_reference`` = seq_len / shortest, the O(n)
     growth a dispersive mechanism would show."""
-    return survivor_growth(pd.concat([survivor_counts(m, name) for m in maps_per_length], ignore_index=True))
+    if isinstance(maps_per_length, (str, bytes, Mapping, torch.Tensor, np.ndarray)) or not isinstance(
+            maps_per_length, Iterable):
+        raise TypeError(f"maps_per_length must be a list of Maps, one per length, got {validate.shown(maps_per_length)}")
+    counts = [survivor_counts(layers_of(m, f"maps_per_length[{i}]"), name) for i, m in enumerate(maps_per_length)]
+    if not counts:
+        raise ValueError("maps_per_length is empty; pass one Maps per context length")
+    return survivor_growth(pd.concat(counts, ignore_index=True))
 
 
 def survivor_growth(counts: pd.DataFrame) -> pd.DataFrame:
@@ -357,7 +408,7 @@ def survivor_growth(counts: pd.DataFrame) -> pd.DataFrame:
     A helper of TDA paper (``003_ffe354fecd74e1d6.txt``) App. B.2 / Fig. 4; on
     :func:`survivor_counts` frames.
     """
-    frame = summarise(counts)
+    frame = summarise(validate.frame("counts", counts, ("layer", "head", "metric", "value", "map", "seq_len")))
     shortest = frame.sort_values("seq_len").groupby(["map", "layer"])
     frame["growth"] = frame.value / shortest.value.transform("first")
     frame["linear_reference"] = frame.seq_len / shortest.seq_len.transform("first")
@@ -394,6 +445,7 @@ def cross_view_correlation(view_1: Maps, view_2: Maps, name: str = "views") -> p
     makes r undefined: value NaN and ``constant_view`` True (the paper omits such layers
     from its averages, as ``summarise`` does). Computed in float64.
     """
+    validate.text("name", name)
     rows = []
     for layer, (a1, a2) in paired_views(view_1, view_2).items():
         mask = causal(a1.shape[-1], a1.device)
@@ -409,7 +461,7 @@ def cross_view_correlation(view_1: Maps, view_2: Maps, name: str = "views") -> p
 
 def paired_views(view_1: Maps, view_2: Maps) -> dict[int, tuple[Map, Map]]:
     """``{layer: (view 1, view 2)}``; the views must cover the same layers with the same shapes."""
-    views_1, views_2 = by_layer(view_1), by_layer(view_2)
+    views_1, views_2 = layers_of(view_1, "view_1"), layers_of(view_2, "view_2")
     if views_1.keys() != views_2.keys():
         raise ValueError(f"the views cover different layers: {sorted(views_1)} vs {sorted(views_2)}")
     for layer, a1 in views_1.items():
@@ -446,7 +498,7 @@ def peak_cooccurrence(view_1: Maps, view_2: Maps, name: str = "views") -> pd.Dat
 
 def gaussian_tail(k: float) -> float:
     """P(|Z| > k) for Z ~ N(0, 1) = erfc(k / sqrt 2): 0.0455, 0.0027, 6.33e-5 at k = 2, 3, 4."""
-    return math.erfc(k / math.sqrt(2.0))
+    return math.erfc(validate.number("k", k) / math.sqrt(2.0))
 
 
 def raw_logits(q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batch pos head d_head"]) -> Map:
@@ -456,17 +508,19 @@ def raw_logits(q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batc
     the mechanism's rotation applied (RoPE for trela and TDA, ``models.attention.rope.apply_rope``),
     not their L2-normalised cosines (``hook_scores_1``, bounded by 1). Entries j > i are computed
     too; :func:`tail_probabilities` reads the causal ones only."""
-    if q.ndim != 4 or q.shape != k.shape:
+    q, k = (validate.array(name, x, "float", 4) for name, x in (("q", q), ("k", k)))
+    if q.shape != k.shape:
         raise ValueError(f"q and k must both be [batch, pos, head, d_head], got {tuple(q.shape)} and {tuple(k.shape)}")
     return torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) / math.sqrt(q.shape[-1])
 
 
 def t_interval(values: Sequence[float] | Float[np.ndarray, "draw"], confidence: float = 0.95) -> tuple[float, float]:
     """The two-sided Student's t interval of the mean of ``values``, each one independent draw
-    (sequences, seeds); (NaN, NaN) for fewer than two. A statistics helper, no paper quantity."""
-    values = np.asarray(values, dtype=float)
+    (sequences, seeds), at least two of them. A statistics helper, no paper quantity."""
+    values = np.asarray(validate.array("values", values, "real", 1, lists=True), dtype=float)
+    confidence = validate.number("confidence", confidence, 0, 1, open_low=True, open_high=True)
     if len(values) < 2:
-        return math.nan, math.nan
+        raise ValueError(f"values must hold at least two draws for a t interval, got {len(values)}")
     half = stdtrit(len(values) - 1, 1 - (1 - confidence) / 2) * values.std(ddof=1) / math.sqrt(len(values))
     return float(values.mean() - half), float(values.mean() + half)
 
@@ -488,8 +542,10 @@ def tail_probabilities(scores: Maps, ks: Sequence[float] = (2, 3, 4), name: str 
     sigma) one draw, since the entries of one sequence are not independent draws (NaN for a
     batch of one); every sequence has the same entries, so ``value`` is their mean.
     """
+    ks = validate.reals("ks", ks, 0)
+    validate.text("name", name)
     rows = []
-    for layer, s in by_layer(scores).items():
+    for layer, s in layers_of(scores, "scores").items():
         T = s.shape[-1]
         mask = causal(T, s.device)
         s = s.double()
@@ -498,7 +554,7 @@ def tail_probabilities(scores: Maps, ks: Sequence[float] = (2, 3, 4), name: str 
         deviation = (s - mean).abs()
         for k in ks:
             per_sequence = ((deviation > k * sigma) & mask).flatten(1).sum(1).double() / (mask.sum() * s.shape[1])
-            low, high = t_interval(per_sequence.cpu().numpy())
+            low, high = t_interval(per_sequence.cpu().numpy()) if len(per_sequence) > 1 else (math.nan, math.nan)
             rows.append({"layer": layer, "k": k, "metric": "tail_probability",
                          "value": float(per_sequence.mean()), "low": low, "high": high, "gaussian": gaussian_tail(k),
                          "mean": mean, "sigma": sigma, "n_entries": entries.numel(), "n_batch": s.shape[0],

@@ -22,13 +22,11 @@ import torch
 from jaxtyping import Float, Integer
 from torch import Tensor, nn
 
-from interp.metrics.attention import Map, attention_hook
+from interp.metrics.attention import Map, MissingHookError, attention_hook
+from models import validate
+from models.tokens import as_token_ids
 
 DEFAULT_LENGTHS = (128, 256, 512, 1024, 2048)
-
-
-class MissingHookError(ValueError):
-    """A map was asked for whose attention hook the model does not have."""
 
 
 @torch.no_grad()
@@ -46,6 +44,13 @@ def capture_maps(model: nn.Module, tokens: Integer[np.ndarray, "batch pos"], nam
     handed over after the forward pass, without it (collected, it has no layers). Raises
     :class:`MissingHookError` for a name the model has no hook of at any layer.
     """
+    model = validate.model("model", model)
+    tokens = as_token_ids(tokens, model.cfg.d_vocab)
+    names = validate.strings("names", names)
+    if not names:
+        raise ValueError("names is empty: name the maps to capture, e.g. ['pattern']")
+    if consume is not None:
+        validate.function("consume", consume)
     hooks = {}       # {name: {layer: hook point}}
     for name in names:
         pattern = attention_hook(name)
@@ -71,7 +76,7 @@ def capture_maps(model: nn.Module, tokens: Integer[np.ndarray, "batch pos"], nam
     device = next(model.parameters()).device
     fwd_hooks = [(point.name, functools.partial(keep, layer=layer, name=name))
                  for name, at in hooks.items() for layer, point in at.items()]
-    logits = model.run_with_hooks(torch.as_tensor(tokens.astype(np.int64), device=device), fwd_hooks=fwd_hooks)
+    logits = model.run_with_hooks(tokens.to(device), fwd_hooks=fwd_hooks)
     for layer in sorted(pending):
         consume(layer, pending.pop(layer))
     return logits.cpu(), {name: dict(sorted(at.items())) for name, at in collected.items()}
@@ -82,10 +87,8 @@ def heatmap_window(T: int, wrong: list[int], size: int) -> tuple[int, int]:
     (or position) in ``wrong``, or its last tokens when there is none: a 512 x 512 map is an
     unreadable blur. ``T`` >= 1, ``size`` >= 2 and ``wrong`` inside ``0..T - 1``, or a ``ValueError``
     naming the argument."""
-    if T < 1:
-        raise ValueError(f"T must be >= 1, got {T}")
-    if size < 2:
-        raise ValueError(f"size must be >= 2 tokens (even), got {size}")
+    T, size = validate.integer("T", T, 1), validate.integer("size", size, 2)
+    wrong = validate.integers("wrong", wrong, empty=True)
     outside = [p for p in wrong if not 0 <= p < T]
     if outside:
         raise ValueError(f"wrong: positions {outside[:3]} outside the sequence's 0..{T - 1}")

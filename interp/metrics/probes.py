@@ -25,10 +25,11 @@ import torch
 from jaxtyping import Bool, Int, Integer
 from torch import Tensor
 
-from interp.metrics.attention import Map, Maps, by_layer, metric_frame, causal
+from interp.metrics.attention import Map, Maps, by_layer, causal, checked_map, metric_frame
 from interp.tasks.automaton import BOTTOM
 from interp.tasks.flipflop import D_VOCAB, IGNORE, ONE, VOCAB, WRITE, ZERO, last_write_positions, read_mask
 from interp.tasks.text import FlipFlopFormatError, check_tokens
+from models import validate
 
 # The share of a head's weight that moves the bit into a position (propagate_bit_carriers). The final
 # layers of tra-mech and fot-mech score the same for any share from 0.02 to 0.2 (256 iid sequences); above
@@ -44,10 +45,21 @@ Carriers = Bool[np.ndarray, "batch pos"]
 
 
 def _ids(x, name: str) -> np.ndarray:
-    x = np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x)
-    if x.ndim != 2:
-        raise ValueError(f"{name} must be [n, T], got shape {x.shape}")
-    return x.astype(np.int64)
+    """Token ids ``[n, T]`` (an integer array or tensor, not empty) as ``int64``."""
+    x = validate.array(name, x, "integer", 2)
+    return np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x).astype(np.int64)
+
+
+def _carriers(carriers, tokens: np.ndarray, name: str = "carriers") -> Carriers:
+    """``carriers``, a bool array ``[n, T]`` shaped as ``tokens``."""
+    carriers = np.asarray(validate.array(name, carriers, "bool", 2))
+    if carriers.shape != tokens.shape:
+        raise ValueError(f"{name} {carriers.shape} must be shaped as tokens {tokens.shape}")
+    return carriers
+
+
+def _share(name: str, value) -> float:
+    return validate.number(name, value, 0, 1)
 
 
 def read_table(tokens: Tokens, predicted: Predictions) -> pd.DataFrame:
@@ -124,9 +136,11 @@ def error_rate_by_dependency(reads: pd.DataFrame, by: str = "dependency_length",
     how the wrong answers spread over dependency lengths; this is the rate per length shown beside
     it (``interp.figures.flipflop.dependency_histogram`` holds both); on :func:`read_table`'s rows.
     """
-    key = reads[by]
+    key = validate.frame("reads", reads, (validate.text("by", by), "correct"))[by]
     if bins is not None:
-        edges = np.asarray(bins)
+        edges = np.asarray(validate.array("bins", bins, "real", 1, lists=True))
+        if len(edges) < 2 or (np.diff(edges) <= 0).any():
+            raise ValueError(f"bins must be at least two increasing edges, got {edges.tolist()[:6]}")
         index = np.searchsorted(edges, key, side="right") - 1
         inside = (index >= 0) & (index < len(edges) - 1)
         reads, key = reads[inside], pd.Series(edges[index[inside]], index=reads.index[inside], name=by)
@@ -189,7 +203,7 @@ def last_write_summary(table: pd.DataFrame) -> pd.DataFrame:
 def _per_head_means(table: pd.DataFrame, metrics: dict[str, str]) -> pd.DataFrame:
     """Tidy rows ``layer, head, metric, value``: the mean of each column of a per-read ``table``
     over its reads, under the metric name ``metrics[column]``."""
-    grouped = table.groupby(["layer", "head"])
+    grouped = validate.frame("table", table, ("layer", "head", *metrics)).groupby(["layer", "head"])
     frames = [grouped[column].mean().rename("value").reset_index().assign(metric=metric)
               for column, metric in metrics.items()]
     return pd.concat(frames, ignore_index=True)[["layer", "head", "metric", "value"]]
@@ -234,14 +248,15 @@ def propagate_bit_carriers(pattern: Map, tokens: Tokens, carriers: Carriers,
     The project's probe (no paper equation; flip-flop paper (``002_cbc1a16af32b4280.txt``) Fig. 5a-b
     shows deeper heads reading elsewhere than the write); on one layer's ``hook_pattern``.
     """
-    tokens = _ids(tokens, "tokens")
-    if pattern.ndim != 4 or pattern.shape[0] != tokens.shape[0] or pattern.shape[-1] != tokens.shape[1]:
+    tokens, pattern = _ids(tokens, "tokens"), checked_map("pattern", pattern, 4)
+    carriers, min_share = _carriers(carriers, tokens), _share("min_share", min_share)
+    if pattern.shape[0] != tokens.shape[0] or pattern.shape[-1] != tokens.shape[1]:
         raise ValueError(f"pattern {tuple(pattern.shape)} must be [batch, head, T, T] for tokens {tokens.shape}")
-    on_carrier = (_segment(tokens) & torch.as_tensor(np.asarray(carriers))[:, None, :]).to(pattern.device)
+    on_carrier = (_segment(tokens) & torch.as_tensor(carriers)[:, None, :]).to(pattern.device)
     excitatory = pattern.float().clamp(min=0).masked_fill(~causal(tokens.shape[1], pattern.device), 0.0)
     to_carriers = torch.einsum("bhqk,bqk->bhq", excitatory, on_carrier.float())
     takes = ((to_carriers >= min_share * excitatory.sum(-1)) & (to_carriers > 0)).any(1)
-    return np.asarray(carriers) | takes.cpu().numpy()
+    return carriers | takes.cpu().numpy()
 
 
 def bit_carriers(maps: Maps, tokens: Tokens, min_share: float = MIN_CARRIER_SHARE) -> dict[int, Carriers]:
@@ -253,7 +268,7 @@ def bit_carriers(maps: Maps, tokens: Tokens, min_share: float = MIN_CARRIER_SHAR
 
     The project's probe (no paper equation); on ``hook_pattern`` of every layer from 0.
     """
-    layers = by_layer(maps)
+    layers, tokens, min_share = by_layer(maps), _ids(tokens, "tokens"), _share("min_share", min_share)
     if sorted(layers) != list(range(len(layers))):
         raise ValueError(f"the carriers of a layer depend on every layer below it: need the maps of layers "
                          f"0..{max(layers)}, got {sorted(layers)}")
@@ -281,9 +296,14 @@ def bit_carrier_attention(maps: Maps, tokens: Tokens, carriers: dict[int, Carrie
     The project's probe, flip-flop paper (``002_cbc1a16af32b4280.txt``) Fig. 5c's ideal head carried
     to models of several layers; on ``hook_pattern`` (or a view), at the reads' rows.
     """
-    tokens = _ids(tokens, "tokens")
-    layers = by_layer(maps)
-    carriers = bit_carriers(layers, tokens, min_share) if carriers is None else carriers
+    tokens, layers, min_share = _ids(tokens, "tokens"), by_layer(maps), _share("min_share", min_share)
+    if carriers is None:
+        carriers = bit_carriers(layers, tokens, min_share)
+    elif not isinstance(carriers, dict) or not set(layers) <= set(carriers):
+        raise ValueError(f"carriers must be a dict {{layer: [n, T] bool}} for every layer of maps ({sorted(layers)}), "
+                         f"got {validate.shown(carriers)}")
+    else:
+        carriers = {layer: _carriers(carriers[layer], tokens, f"carriers[{layer}]") for layer in layers}
     seq, position = np.nonzero(read_mask(tokens))
     write_pos = last_write_positions(tokens)[seq, position]
     segment = _segment(tokens)[seq, position]                                # [read, key_pos]
@@ -323,7 +343,7 @@ def automaton_write_positions(inputs) -> Int[np.ndarray, "*batch pos"]:
     A helper of :func:`automaton_write_attention` (flip-flop paper (``002_cbc1a16af32b4280.txt``)
     Def. 1: the state is the last write's symbol); on automaton input ids.
     """
-    inputs = np.asarray(inputs)
+    inputs = np.asarray(validate.array("inputs", inputs, "integer", (1, 2, 3, 4), lists=True))
     pos = np.arange(inputs.shape[-1])
     return np.maximum.accumulate(np.where(inputs != BOTTOM, pos, -1), axis=-1)
 
@@ -371,7 +391,8 @@ def sharp_share(table: pd.DataFrame, threshold: float = 0.99) -> pd.DataFrame:
     Source: flip-flop paper (``002_cbc1a16af32b4280.txt``) Sec. 5.2 (R8); on the probe tables'
     weights (``hook_pattern``).
     """
-    table = table.dropna(subset=["weight"])
+    threshold = _share("threshold", threshold)
+    table = validate.frame("table", table, ("layer", "seq", "position", "weight")).dropna(subset=["weight"])
     best = table.groupby(["layer", "seq", "position"]).weight.max()
     sharp = (best >= threshold).groupby(level="layer")
     return pd.DataFrame({"n": sharp.size(), "sharp": sharp.sum()}).reset_index().assign(
