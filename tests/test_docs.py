@@ -173,12 +173,48 @@ def test_the_docs_exist():
     pages = {str(path.relative_to(ROOT / "docs")) for path in DOCS}
     kinds = {"index.md", "tutorials.md", "reference/index.md",
              *(f"how-to/{name}.md" for name in ("train-a-model", "diagnose-a-checkpoint", "add-a-mechanism",
-                                                 "add-a-task", "sweep-on-ray", "run-on-a-gpu")),
+                                                 "add-a-task", "sweep-on-ray", "run-on-a-gpu",
+                                                 "diagnose-a-transformerlens-model")),
              *(f"explanation/{name}.md" for name in ("tasks", "mechanisms", "metrics", "hooks-and-transformerlens",
                                                       "kernels-and-cpu-path", "learning-notes")),
              *(f"results/{name}.md" for name in ("claims", "benchmarks", "learning", "test-suite"))}
     assert kinds <= pages, sorted(kinds - pages)
     assert (ROOT / "CHANGELOG.md").is_file()
+
+
+
+def test_the_train_how_to_lists_every_built_in_task():
+    from interp.tasks.registry import BUILT_IN
+
+    listed = re.search(r"`--task \{([\w,-]+)\}`", (ROOT / "docs/how-to/train-a-model.md").read_text()).group(1)
+    assert listed.split(",") == list(BUILT_IN)
+
+
+def test_the_specimen_lists_name_every_shipped_specimen():
+    """The README names every shipped model, and the hooks page every one whose blocks renormalise the stream."""
+    from models import pretrained, read_config
+
+    readme = README.read_text()
+    assert [name for name in pretrained.built() if f"`{name}`" not in readme] == []
+    hooks = (ROOT / "docs/explanation/hooks-and-transformerlens.md").read_text()
+    listed = re.search(r"\(the shipped\n?((?:`[\w-]+`,?\s*(?:and\s*)?)+)\)", hooks).group(1)
+    stream = sorted(name for name in pretrained.built()
+                    if read_config(pretrained.path(name))["model"].get("norm_placement") == "stream")
+    assert sorted(re.findall(r"`([\w-]+)`", listed)) == stream
+
+
+def test_the_add_a_task_example_keeps_the_contract():
+    """The how-to's complete task, run as written: every check-task check passes, it scores several
+    positions per sequence and has an out-of-distribution split."""
+    from interp.tasks.contract import check_task
+
+    section = (ROOT / "docs/how-to/add-a-task.md").read_text().split("## A task with several scored positions")[1]
+    namespace = {}
+    exec(re.search(r"```python\n(.*?)```", section, re.S).group(1), namespace)
+    task = namespace["AskedParityTask"]()
+    assert [check.name for check in check_task(task) if not check.passed] == []
+    assert task.scored_mask(task.load_split("iid", 8)).sum(1).min() > 1
+    assert not task.splits["long"].in_distribution
 
 
 @pytest.mark.parametrize("path", [README, ROOT / "CHANGELOG.md", *DOCS], ids=lambda p: str(p.relative_to(ROOT)))
