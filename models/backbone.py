@@ -84,13 +84,6 @@ class SwiGLU(nn.Module):
         return self.linear(hidden, self.W_out, self.b_out)
 
 
-# The MLP half of a block is per position: without gradients it runs this many positions at a
-# time, so that its [rows, d_mlp] intermediates stay in the core's cache (tra-mech's evaluation
-# at one thread, 16 sequences a batch: about 15% faster than in one piece; 512 and 1024 rows
-# within the noise).
-MLP_CHUNK_ROWS = 512
-
-
 class Block(nn.Module):
     """One residual block. ``norm_placement="pre"`` (Llama): ``x + attn(norm(x))``, then
     ``x + mlp(norm(x))``. ``"stream"`` (the TRA authors' code): the stream itself is
@@ -129,9 +122,6 @@ class Block(nn.Module):
         normed = self.ln1(resid)
         attn_out = self.hook_attn_out(self.dropout(self.attn(normed)))
         resid = self.hook_resid_mid((normed if self.normalise_stream else resid) + attn_out)
-        if self.mlp_runs_in_chunks():
-            rows = resid.reshape(-1, resid.shape[-1]).split(MLP_CHUNK_ROWS)
-            return torch.cat([self.mlp_half(part) for part in rows]).view_as(resid)
         return self.mlp_half(resid)
 
     def forward_at(self, resid: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -147,17 +137,6 @@ class Block(nn.Module):
         normed = self.ln2(resid)
         mlp_out = self.hook_mlp_out(self.dropout(self.mlp(normed)))
         return self.hook_resid_post((normed if self.normalise_stream else resid) + mlp_out)
-
-    def mlp_runs_in_chunks(self) -> bool:
-        """Whether the MLP half runs :data:`MLP_CHUNK_ROWS` positions at a time: in eval mode,
-        without gradients, and with no hook on it, where nothing can tell the difference. Each
-        position is computed alone, so only float rounding can change (a matrix product's
-        kernel may depend on its row count; the pretrained models' eval margins were equal
-        bit for bit at 512-row chunks)."""
-        if torch.is_grad_enabled() or self.training:
-            return False
-        mlp_hooks = [h for part in (self.ln2, self.mlp) for h in part.modules() if isinstance(h, HookPoint)]
-        return not any(h.has_hooks() for h in (*mlp_hooks, self.hook_mlp_out, self.hook_resid_post))
 
 
 @torch.no_grad()

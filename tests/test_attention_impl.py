@@ -218,3 +218,46 @@ def test_normalized_at_refuses_bad_positions(positions, problem, model_pair, tok
         model.eval().normalized_at(tokens(2, 37), positions)
     with pytest.raises(ValueError, match=problem):  # the full forward's path checks them too
         model.train().normalized_at(tokens(2, 37), positions)
+
+
+class LargestTensor(torch.utils._python_dispatch.TorchDispatchMode):
+    """The number of elements of the largest tensor any operation returns while it is active."""
+
+    def __init__(self):
+        super().__init__()
+        self.numel = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.numel = max(self.numel, t.numel())
+        return out
+
+
+def largest_tensor_of_eval_forward(model, x) -> int:
+    with torch.no_grad(), LargestTensor() as largest:
+        model(x)
+    return largest.numel
+
+
+@pytest.mark.parametrize("name", ["tra", "fot", "cope", "tda", "trela", "diff"])  # the specimens' mechanisms
+def test_eval_mode_runs_the_fast_path_whatever_the_model_was_trained_with(name, tokens):
+    """A model configured to train on its reference (as tra-mech and fot-mech are) runs its
+    fastest exact path in eval mode: no [query, key] map is built, so that its largest tensor
+    at T = 512 stays within 2x RoPE's (whose largest are per position: the MLP, the logits),
+    the bound on the memory the issue of T = 4096 asks for. In training mode the reference
+    still runs, and in eval mode a hook on an inner map brings it back for that layer alone."""
+    x = tokens(1, 512)
+    largest = {}
+    for model_name in ("rope", name):
+        torch.manual_seed(0)
+        cfg = ModelConfig.from_preset(model_name, "tiny", n_ctx=512, attention_impl="reference")
+        largest[model_name] = largest_tensor_of_eval_forward(build_model(cfg).eval(), x)
+    assert largest[name] <= 2 * largest["rope"], largest
+    model = build_model(ModelConfig.from_preset(name, "tiny", n_ctx=512, attention_impl="reference"))
+    assert model.blocks[0].attn.implementation(torch.device("cpu")) == "reference", "training mode: the reference"
+    model.eval()
+    model.blocks[0].attn.hook_pattern.add_hook(lambda t, hook: t)
+    assert model.blocks[0].attn.implementation(torch.device("cpu")) == "reference", "hooked: the reference"
+    assert model.blocks[1].attn.implementation(torch.device("cpu")) != "reference", "only the hooked layer"

@@ -32,31 +32,31 @@ def test_fused_path_equals_explicit_path(name):
     assert (pattern.triu(1) == 0).all()
 
 
-@pytest.mark.parametrize("norm_placement", ["pre", "stream"])
-def test_mlp_in_chunks_without_gradients_changes_nothing(monkeypatch, norm_placement):
-    """Without gradients the MLP half of a block runs a few positions at a time (here 7, so
-    that the last chunk is short); the logits are those of the one-piece path up to float
-    rounding (a matrix product's kernel may depend on its row count), and a hook on the MLP
-    sees it in one piece."""
-    import models.backbone
+class CountOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """How many operations run while it is active."""
 
-    model = tiny("tra", norm_placement=norm_placement, linear_bias=True)
-    tokens = torch.randint(0, 5, (3, 30))
-    assert model.blocks[0].mlp_runs_in_chunks() is False  # grad mode is on here
-    with torch.no_grad():
-        assert model.blocks[0].mlp_runs_in_chunks()
-        whole = model(tokens)  # one chunk of 512 rows
-        monkeypatch.setattr(models.backbone, "MLP_CHUNK_ROWS", 7)
-        chunked = model(tokens)
-        assert torch.allclose(chunked, whole, atol=1e-5) and not chunked.isnan().any()
-    seen = []
-    model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.mlp.hook_post", lambda x, hook: seen.append(x.shape))])
-    with torch.no_grad():
-        model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.mlp.hook_post", lambda x, hook: seen.append(x.shape))])
-    assert seen == [torch.Size([3, 30, model.cfg.d_mlp])] * 2
-    model.train()
-    with torch.no_grad():
-        assert not model.blocks[0].mlp_runs_in_chunks()
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("norm_placement", ["pre", "stream"])
+@pytest.mark.parametrize("grad", [False, True])
+def test_forward_runs_as_many_operations_at_any_batch(norm_placement, grad):
+    """The hot path has no fixed row chunks: a forward over 40 sequences of 30 tokens (1200
+    positions) runs the operations of a forward over one, so that on a loaded machine the
+    threads of each operation meet at as few barriers as one sequence needs."""
+    model = tiny("rope", norm_placement=norm_placement, linear_bias=True)
+    counts = []
+    for batch in (1, 40):
+        with torch.set_grad_enabled(grad), CountOps() as ops:
+            model(torch.randint(0, 5, (batch, 30)))
+        counts.append(ops.count)
+    assert counts[0] == counts[1], counts
 
 
 def test_weights_in_transformer_lens_shapes():

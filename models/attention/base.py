@@ -64,6 +64,9 @@ REGISTRY: dict[str, type["Attention"]] = {}
 # is its own (TRA's D-bar, FoT's forget gate, the views of Diff and TDA, CoPE's gates).
 COMMON_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_attn_logits", "hook_pattern", "hook_z",
                 "hook_result")
+# TransformerLens's rotated q and k, of the mechanisms that rotate them whole (Attention.ROTARY_HOOKS):
+# functions of hook_q and hook_k, so neither a mechanism's own hooks nor inputs of their own to patch.
+ROTATION_HOOKS = ("hook_rot_q", "hook_rot_k")
 
 
 def register(name: str, replace: bool = False):
@@ -242,7 +245,7 @@ class Attention(nn.Module):
     # Hooks computed outside the attention core: a fused kernel still passes through them
     # (softmax's position bias goes into SDPA as its mask; CoPE's gate keys into the reference).
     OUTER_HOOKS = frozenset({"hook_q", "hook_k", "hook_v", "hook_z", "hook_q2", "hook_k2", "hook_forget",
-                             "hook_pos_bias", "hook_k_gate", "hook_result", "hook_rot_q", "hook_rot_k"})
+                             "hook_pos_bias", "hook_k_gate", "hook_result", *ROTATION_HOOKS})
 
     def active_inner_hooks(self) -> list[str]:
         """Names of the hooks inside the attention core that currently have hooks attached."""
@@ -262,7 +265,10 @@ class Attention(nn.Module):
     def implementation(self, device: torch.device, *inputs: torch.Tensor) -> str:
         """Which of :attr:`IMPLEMENTATIONS` the attention core runs on ``inputs`` (on ``device``).
 
-        ``cfg.attention_impl``: ``"reference"`` always the reference; ``"auto"`` ``"triton"`` on
+        ``cfg.attention_impl``: ``"reference"`` the reference in training mode, and in eval mode
+        what ``"auto"`` runs (the setting a model was trained with, which a checkpoint keeps,
+        should not make its evaluation quadratic in memory and slow; hook an inner map to see
+        the reference run); ``"auto"`` ``"triton"`` on
         CUDA and ``"rows"`` elsewhere; ``"rows"`` or ``"triton"`` that one (``"triton"`` on the
         CPU needs ``TRITON_INTERPRET=1``). A mechanism without the chosen path runs ``"sdpa"``
         if it has it (softmax and Diff: PyTorch's fused attention, on every device, under every
@@ -276,6 +282,8 @@ class Attention(nn.Module):
         is wanted for ``inputs``.
         """
         impl = self.cfg.attention_impl
+        if impl == "reference" and not self.training:
+            impl = "auto"
         if impl == "auto":
             impl = "triton" if device.type == "cuda" else "rows"
         if impl not in self.IMPLEMENTATIONS:
