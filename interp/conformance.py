@@ -30,13 +30,20 @@ against a tolerance:
   outputs and gradients. Triton kernels run on CUDA only here (``--device cuda``).
 
 A check that raises fails, with the exception as its detail, and the others still run.
+
+A plug-in's check, ``check-mechanism`` as ``check-task`` (:func:`task_checks`), runs in a child
+process (:func:`isolated`) with a time limit, from the import of the plug-in's module on: a
+module that loops at import, a ``sample`` that sleeps, or code that ends the process
+(``os._exit(0)`` at import) is a one-line error of the command, never a hang or a silent exit 0.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import multiprocessing
 import signal
+import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -143,6 +150,83 @@ def time_limit(seconds: float):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+TASK_CHECK_SECONDS = 30.0   # check-task, the task's import included: every built-in task takes about a second
+
+
+def isolated(function: Callable, *args, seconds: float, what: str):
+    """``function(*args)`` in a child process that must return within ``seconds``; its result.
+
+    The child is forked, so it sees the tasks and mechanisms this process registered. Whatever
+    the code it runs does, this process goes on: an exception comes back as a ValueError of one
+    line (a ValueError or TypeError as it was, others naming their type), and a child that runs
+    past ``seconds`` (then killed) or ends without a result (``os._exit``, a crash) is a
+    ValueError naming ``what``."""
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_child, args=(send, function, args), daemon=True)
+    child.start()
+    send.close()
+    try:
+        if not receive.poll(seconds):
+            raise ValueError(f"{what}: did not finish within {seconds:g} s (it loops or waits, at import or in a "
+                             "check); fix it")
+        try:
+            kind, *message = receive.recv()
+        except EOFError:
+            child.join(5)
+            raise ValueError(f"{what}: its process ended (exit status {child.exitcode}) without a result: the "
+                             "code it imports or runs ends the process (os._exit, a crash); fix it") from None
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()
+    if kind == "result":
+        return message[0]
+    name, text = message
+    raise ValueError(text if name in ("ValueError", "TypeError") and text else f"{what}: {name}: {text}")
+
+
+def _child(send, function: Callable, args: tuple) -> None:
+    if "torch" in sys.modules:   # one thread: a forked child must not enter the parent's OpenMP pool
+        torch.set_num_threads(1)
+    try:
+        result = ("result", function(*args))
+    except BaseException as err:   # a plug-in's failure, whatever it is (SystemExit too), is reported
+        result = ("error", type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+    send.send(result)
+
+
+def task_checks(spec: str) -> tuple[str, list]:
+    """``check-task``'s work, for :func:`isolated`: the task ``spec`` names (a registered name or
+    ``MODULE:CLASS``, imported here), and its checks (:func:`interp.tasks.contract.check_task`)."""
+    from interp.tasks import get_task
+    from interp.tasks.contract import check_task
+    from interp.tasks.registry import resolve
+
+    task = get_task(resolve(spec))
+    return task.name, check_task(task)
+
+
+def mechanism_report(spec: str, device: str) -> ConformanceReport:
+    """``check-mechanism``'s work, for :func:`isolated`: the mechanism ``spec`` names (a model
+    name or ``MODULE:CLASS``, imported here within :data:`CHECK_SECONDS`) and its report."""
+    from models import mechanisms
+
+    try:
+        with time_limit(CHECK_SECONDS):   # a module that never finishes importing
+            name = mechanisms.load_spec(spec) if ":" in spec else spec
+    except CheckTimedOut as err:
+        raise ValueError(f"importing {spec}: {err}") from None
+    if not mechanisms.find_mechanism(name):
+        raise ValueError(mechanisms.unknown_model(name))
+    return check_mechanism(name, device)
+
+
+def mechanism_seconds() -> float:
+    """The time limit of the whole of ``check-mechanism``: the import and each check's."""
+    return CHECK_SECONDS * (len(CHECKS) + 2)
 
 
 def _run(name: str, check: Callable[[], tuple[bool, str]]) -> Check:

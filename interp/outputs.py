@@ -1,7 +1,9 @@
 """The files a command reads and writes, checked before any work starts.
 
-Reading: :func:`input_file` admits a regular file of a sane size only, so that a FIFO, a device
-(``/dev/zero``) or a huge sparse file is refused at once instead of hanging or exhausting memory.
+Reading, one function for every file (:func:`read_bytes`, and :func:`read_json` on it, from
+:mod:`models.files`): a regular file of a sane size only, so that a FIFO, a device
+(``/dev/zero``) or a huge sparse file is refused at once instead of hanging or exhausting memory,
+and JSON no deeper than :data:`MAX_JSON_DEPTH`; a refusal is one line naming the file.
 
 Writing, one rule for every command (docs/explanation/runs-and-checkpoints.md "What commands write"): a command writes
 only inside its ``--out``, only the files it names, never through a symbolic link, and never
@@ -14,7 +16,6 @@ a rename replaces a directory entry and never follows a link, and a failure half
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -23,9 +24,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-MANIFEST = ".glitchlens-outputs.json"
-MAX_INPUT_BYTES = 4 << 30        # data, weights: far above any file GlitchLens writes
-MAX_JSON_BYTES = 64 << 20        # config.json, result.json, captions.json, the manifest
+# The one reader and the manifest live below interp/, where checkpoints read and write too.
+from models.files import (MANIFEST, MAX_INPUT_BYTES, MAX_JSON_BYTES, MAX_JSON_DEPTH, input_file,  # noqa: F401
+                          new_file, parse_json, read_bytes, read_json, record, written)
 
 
 def writable_dir(out: str | os.PathLike, option: str = "--out") -> Path:
@@ -47,71 +48,6 @@ def writable_dir(out: str | os.PathLike, option: str = "--out") -> Path:
     except OSError as err:
         raise ValueError(f"{option} {out} is not writable ({err.strerror}); choose another directory") from None
     return out
-
-
-def input_file(path: str | os.PathLike, what: str = "input", max_bytes: int = MAX_INPUT_BYTES) -> Path:
-    """``path`` if it is a regular file of at most ``max_bytes``, else a ValueError naming
-    ``what`` and the path: missing, a directory, a FIFO, device or socket (which would block or
-    never end), or too large to read into memory."""
-    path = Path(path)
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise ValueError(f"{what} {path}: no such file") from None
-    except OSError as err:
-        raise ValueError(f"{what} {path}: {err.strerror}") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise ValueError(f"{what} {path} is a directory; give a file")
-    if not stat.S_ISREG(info.st_mode):
-        raise ValueError(f"{what} {path} is not a regular file (a FIFO, device or socket); give a file")
-    if info.st_size > max_bytes:
-        raise ValueError(f"{what} {path} holds {info.st_size:,} bytes, more than the {max_bytes:,} "
-                         f"(interp.outputs) read from such a file; is it the right file?")
-    return path
-
-
-def read_json(path: str | os.PathLike, what: str = "JSON file") -> object:
-    """The JSON value in ``path``, after :func:`input_file`; a ValueError naming it if it is not JSON."""
-    path = input_file(path, what, MAX_JSON_BYTES)
-    try:
-        return json.loads(path.read_bytes().decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{what} {path}: not valid JSON ({err})") from None
-
-
-def written(out: Path) -> set[str]:
-    """The paths (relative to ``out``, with ``/``) that :data:`MANIFEST` says GlitchLens wrote."""
-    path = out / MANIFEST
-    if not os.path.lexists(path):
-        return set()
-    if path.is_symlink():
-        raise ValueError(f"{path} is a symbolic link; remove it (it lists what glitchlens wrote in {out})")
-    data = read_json(path, "output list")
-    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
-        raise ValueError(f"{path}: not a glitchlens output list; remove it (it lists what glitchlens wrote in {out})")
-    return {name for name in data["files"] if isinstance(name, str)}
-
-
-def new_file(folder: Path, prefix: str, suffix: str = "") -> tuple[int, str]:
-    """A new, empty file in ``folder`` that no one else has opened (``tempfile.mkstemp``: never a
-    link), with the permissions a plain ``open`` would give it: ``(fd, path)``, to rename into place."""
-    fd, path = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)
-    return fd, path
-
-
-def record(out: Path, names: Iterable[str]) -> None:
-    """Add ``names`` (relative to ``out``) to :data:`MANIFEST`, atomically."""
-    files = sorted(written(out) | {str(name) for name in names})
-    fd, tmp = new_file(out, f"{MANIFEST}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"written_by": "glitchlens", "files": files}, f, indent=1)
-        os.replace(tmp, out / MANIFEST)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 def check_free(out: Path, names: Iterable[str], overwrite: bool = False, option: str = "--out") -> None:
@@ -166,14 +102,28 @@ def staged(out: str | os.PathLike, overwrite: bool = False, names: Iterable[str]
         except ValueError as err:
             keep = True
             raise ValueError(f"{err} (nothing was moved: the results are in {stage})") from None
-        for name in files:
-            target = inside(out, name, option)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(stage / name, target)   # replaces an entry, never writes through a link
-        record(out, files)
+        try:
+            move_in(stage, out, files, option)
+        except (OSError, ValueError) as err:   # a full disk, a folder replaced by a link meanwhile
+            keep = True
+            reason = err.strerror if isinstance(err, OSError) else err
+            raise ValueError(f"moving the results into {option} {out} failed ({reason}); the files not moved "
+                             f"are in {stage}") from None
     finally:
         if not keep:
             shutil.rmtree(stage, ignore_errors=True)
+
+
+def move_in(stage: Path, out: Path, files: list[str], option: str = "--out") -> None:
+    """Rename ``files`` from ``stage`` into ``out`` and list them in :data:`MANIFEST`. The
+    manifest names every file before the first rename, so a failure halfway (a full disk, a
+    folder that turned into a link) leaves no file moved and unlisted; the files it replaced
+    were the command's own or ``overwrite`` allowed it."""
+    record(out, files)
+    for name in files:
+        target = inside(out, name, option)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(stage / name, target)   # replaces an entry, never writes through a link
 
 
 def linked_folders(out: Path, depth: int = 3) -> list[Path]:

@@ -33,6 +33,15 @@ edited ``task``), naming both sides. The tensors themselves are what version 2
 wrote. A version-3 ``config.json`` holds every model-config field; one missing was removed by
 hand and is an error naming it.
 
+``config.json`` binds its parts: ``"sha256"`` maps each tensor file it names to the SHA-256 of
+the file's bytes, checked when the file is read, so another run's file of the same architecture
+copied under this checkpoint's name is refused (configs written before the field was added load
+without the check). A ``"mechanism"`` record on a built-in model, or on another model than its
+own, is refused. Every file is read through :func:`models.files.read_bytes` (a regular file of a
+sane size, JSON of a sane depth). A save lists what it writes in the folder's manifest
+(:data:`models.files.MANIFEST`) before writing it; the leftovers of an interrupted save that it
+deletes are the ones listed there, never a user's file that merely has the name's shape.
+
 Versions 1 (no ``files``; fixed names ``model.safetensors`` and ``training_state.safetensors``)
 and 2 are still read, without the record (they have none), their missing model-config fields at
 the defaults, which are what the code that wrote them did; the next save replaces them with
@@ -58,8 +67,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as dump_safetensors
 
+from models import files as disk
 from models.config import ModelConfig
-from models.mechanisms import checkpoint_record, find_mechanism, missing_from_checkpoint, registered_class_mismatch
+from models.mechanisms import (checkpoint_record, find_mechanism, missing_from_checkpoint, plugin_class,
+                               registered_class_mismatch)
 
 FORMAT = "glitchlens-checkpoint"
 FORMAT_VERSION = 3
@@ -171,11 +182,15 @@ def save(
         config["mechanism"] = mechanism
     tmp_config = path / f".{CONFIG_FILE}.{tag}.tmp"
     written = [path / name for name in files.values()] + [tmp_config]
+    contents = {MODEL: _tensor_bytes(model.state_dict(), MODEL, model.cfg, trained_task(config))}
+    if training_state is not None:
+        contents[TRAINING_STATE] = _tensor_bytes(training_state, TRAINING_STATE, model.cfg, trained_task(config))
+    config["sha256"] = {files[role]: hashlib.sha256(data).hexdigest() for role, data in contents.items()}
     try:
-        _write_synced(path / files[MODEL], _tensor_bytes(model.state_dict(), MODEL, model.cfg, trained_task(config)))
-        if training_state is not None:
-            _write_synced(path / files[TRAINING_STATE],
-                          _tensor_bytes(training_state, TRAINING_STATE, model.cfg, trained_task(config)))
+        # listed before they exist: a save killed midway leaves files the next save knows are its own
+        disk.record(path, [file.name for file in written] + [CONFIG_FILE])
+        for role, data in contents.items():
+            _write_synced(path / files[role], data)
         _write_synced(tmp_config, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode())
         os.replace(tmp_config, path / CONFIG_FILE)  # the switch: one atomic rename
     except BaseException as err:
@@ -184,18 +199,19 @@ def save(
         if files[MODEL] not in _named_files(path):
             for file in written:
                 file.unlink(missing_ok=True)
-        if isinstance(err, OSError):
+        if isinstance(err, (OSError, ValueError)) and not isinstance(err, CheckpointError):
             raise CheckpointError(f"cannot write checkpoint {path}: {err}; the previous checkpoint, "
                                   "if any, is unchanged") from None
         raise
     _fsync_dir(path)
-    keep = set(files.values())
-    for name in old - keep:
-        if _OWN_FILE.fullmatch(name) or name in V1_FILES.values():  # never a file a hand-edited config names
-            (path / name).unlink(missing_ok=True)
-    for leftover in path.iterdir():  # tensors of saves killed before their switch
-        if _OWN_FILE.fullmatch(leftover.name) and leftover.name not in keep:
-            leftover.unlink(missing_ok=True)
+    keep, ours = set(files.values()), disk.written(path)
+    # the replaced checkpoint's parts (named by its config), and tensors of saves killed before
+    # their switch (listed in the manifest); never a file a hand-edited config names
+    gone = {name for name in old - keep if _OWN_FILE.fullmatch(name) or name in V1_FILES.values()}
+    gone |= {name for name in ours - keep if _OWN_FILE.fullmatch(name)}
+    for name in gone:
+        (path / name).unlink(missing_ok=True)
+    disk.record(path, [], gone | {tmp_config.name})
     return path
 
 
@@ -222,22 +238,22 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
     if not path.exists():
         raise CheckpointError(f"{path}: no such checkpoint directory")
     if not path.is_dir():
+        try:
+            head = disk.read_bytes(path, "checkpoint", disk.MAX_JSON_BYTES)[:9]
+        except ValueError:
+            head = b""
         hint = " It looks like a pickle; GlitchLens never unpickles files, since that can run code." \
-            if _looks_pickled(path.read_bytes()[:9]) else ""
+            if _looks_pickled(head) else ""
         raise CheckpointError(
             f"{path} is a file, not a GlitchLens checkpoint directory (config.json + safetensors).{hint}")
     config_file = path / CONFIG_FILE
-    try:
-        text = config_file.read_bytes().decode()
-    except FileNotFoundError:
+    if not os.path.lexists(config_file):
         raise CheckpointError(f"{path}: no {CONFIG_FILE}; this is not a GlitchLens checkpoint "
-                              "(train one with `glitchlens train ... --out DIR`)") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{config_file}: unreadable ({err})") from None
+                              "(train one with `glitchlens train ... --out DIR`)")
     try:
-        config = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise CheckpointError(f"{config_file}: not valid JSON ({err}); the file is corrupt or truncated") from None
+        config = disk.read_json(config_file, "checkpoint config")
+    except ValueError as err:
+        raise CheckpointError(f"{err}; the file is corrupt, truncated or not ours") from None
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise CheckpointError(f"{config_file}: not a GlitchLens config (missing \"format\": \"{FORMAT}\"); "
                               "the directory belongs to another tool")
@@ -260,6 +276,11 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{config_file}: \"files\" names {foreign}, which GlitchLens never writes (it writes "
                               "model.<16 hex digits>.safetensors and training_state.<...>.safetensors); the file "
                               "was edited")
+    digests = config.get("sha256")
+    if digests is not None and not (isinstance(digests, dict) and set(digests) == set(files.values()) and all(
+            isinstance(d, str) and re.fullmatch(r"[0-9a-f]{64}", d) for d in digests.values())):
+        raise CheckpointError(f"{config_file}: \"sha256\" must map each file that \"files\" names to its SHA-256 "
+                              "digest; the file was edited")
     step = training["step"] if training else 0
     if not (isinstance(step, int) and not isinstance(step, bool) and step >= 0):
         raise CheckpointError(f"{config_file}: the training step must be an integer >= 0, got {step!r}; the file "
@@ -334,19 +355,24 @@ def read_checkpoint(path: str | os.PathLike, role: str = MODEL) -> tuple[dict[st
         mismatch = registered_class_mismatch(config["model"].get("model"), record)
         if mismatch:
             raise CheckpointError(f"{path}: {mismatch}")
+        if record is not None and (not isinstance(record, dict) or plugin_class(str(record.get("name"))) is None
+                                   or record.get("name") != config["model"].get("model")):
+            raise CheckpointError(f"{path}: config.json records the mechanism {record!r} for the model "
+                                  f"{config['model'].get('model')!r}, a built-in one or another mechanism, which "
+                                  "GlitchLens never writes; the file was edited: remove its \"mechanism\"")
         name = tensor_files(config).get(role)
         if name is None:
             raise CheckpointError(f"{path}: this checkpoint has no {role.replace('_', ' ')} "
                                   "(it was not saved by a resumable training run)")
         file = path / name
-        try:
-            data = file.read_bytes()
-        except FileNotFoundError:
+        if not os.path.lexists(file):
             if read_config(path) != config:
                 continue
-            raise CheckpointError(f"{file}: missing; the checkpoint is incomplete") from None
-        except OSError as err:
-            raise CheckpointError(f"{file}: unreadable ({err.strerror})") from None
+            raise CheckpointError(f"{file}: missing; the checkpoint is incomplete")
+        try:
+            data = disk.read_bytes(file, "checkpoint tensor file")
+        except ValueError as err:
+            raise CheckpointError(str(err)) from None
         tensors = _parse_tensors(file, data, role, config["format_version"])
         if config["format_version"] >= 3 or "architecture" in tensor_record(data):
             _check_architecture(file, _recorded_architecture(file, data), model_config(config, path))
@@ -354,6 +380,13 @@ def read_checkpoint(path: str | os.PathLike, role: str = MODEL) -> tuple[dict[st
         if recorded_task is not None and recorded_task != trained_task(config):
             raise CheckpointError(f"{path}: config.json records the task {trained_task(config)!r}, but its tensors "
                                   f"were trained on {recorded_task!r}; config.json was edited: restore its task")
+        # last: a damaged file is refused above with what is wrong with it; a sound file of
+        # another run (another save's digest) only here
+        digest = (config.get("sha256") or {}).get(name)
+        if digest is not None and hashlib.sha256(data).hexdigest() != digest:
+            raise CheckpointError(f"{file}: not the file this checkpoint's config.json names (its SHA-256 differs "
+                                  "from the one recorded there): another run's file was put in its place; restore "
+                                  "this checkpoint's own file")
         return config, tensors
     raise CheckpointError(f"{path}: replaced {_READ_ATTEMPTS} times while being read; try again")
 

@@ -12,6 +12,7 @@ from safetensors.torch import save_file
 
 import models
 from models import CheckpointError, ModelConfig, build_model
+from models.files import MANIFEST, record
 
 
 def model_file(path):
@@ -37,7 +38,7 @@ def test_round_trip_is_bitwise(saved):
     tokens = torch.randint(0, 5, (2, 40))
     assert torch.equal(model.eval()(tokens), loaded(tokens))
     config = json.loads((path / "config.json").read_text())
-    assert sorted(p.name for p in path.iterdir()) == ["config.json", config["files"]["model"]]
+    assert sorted(p.name for p in path.iterdir()) == sorted([MANIFEST, "config.json", config["files"]["model"]])
     assert config["format"] == "glitchlens-checkpoint" and config["model"]["model"] == "rel"
 
 
@@ -183,11 +184,24 @@ def test_a_successful_save_keeps_user_files_and_removes_only_its_own(saved):
     model, path = saved
     (path / "log.jsonl").write_text("{}\n")
     (path / "model.notes.safetensors").write_text("mine")  # looks like ours, is not: stays
-    (path / "model.0123456789abcdef.safetensors").write_text("")  # a save killed before its switch
+    (path / "model.0123456789abcdef.safetensors").write_text("mine")  # named like ours, not listed: stays
+    (path / "model.fedcba9876543210.safetensors").write_text("")  # a save killed before its switch
+    record(path, ["model.fedcba9876543210.safetensors"])   # which listed it before writing it
     models.save(path, model)
     names = sorted(p.name for p in path.iterdir())
-    assert names == sorted(["config.json", model_file(path).name, "log.jsonl", "model.notes.safetensors"])
+    assert names == sorted([MANIFEST, "config.json", model_file(path).name, "log.jsonl", "model.notes.safetensors",
+                            "model.0123456789abcdef.safetensors"])
     assert (path / "log.jsonl").read_text() == "{}\n"
+    assert (path / "model.0123456789abcdef.safetensors").read_text() == "mine"
+
+
+def test_a_save_into_a_fresh_folder_never_deletes_a_users_file_named_like_its_own(tmp_path):
+    """Another run's model copied in to compare, under the name shape saves use."""
+    path = tmp_path / "fresh"
+    path.mkdir()
+    (path / "model.0123456789abcdef.safetensors").write_bytes(b"SENTINEL another run's model")
+    models.save(path, build_model(ModelConfig.from_preset("rel", "tiny", n_ctx=64)))
+    assert (path / "model.0123456789abcdef.safetensors").read_bytes() == b"SENTINEL another run's model"
 
 
 def _fork_saver(path, candidates):
@@ -226,7 +240,8 @@ def test_kill_at_a_random_point_of_a_save_always_leaves_a_loadable_checkpoint(tm
         kills_mid_save += bool(leftovers)  # files of saves killed before their switch or cleanup
     assert (path / "log.jsonl").read_text() == "user data\n"
     models.save(path, a)
-    assert sorted(p.name for p in path.iterdir()) == sorted(["config.json", model_file(path).name, "log.jsonl"])
+    assert sorted(p.name for p in path.iterdir()) == sorted([MANIFEST, "config.json", model_file(path).name,
+                                                             "log.jsonl"])
     assert kills_mid_save > 0, "no kill landed inside a save; the test proves nothing"
 
 
@@ -260,7 +275,8 @@ def test_version_1_checkpoints_load_and_are_upgraded_on_save(tmp_path):
     (path / "notes.md").write_text("kept")
     assert torch.equal(weights(models.load(path)), weights(model))
     models.save(path, model)
-    assert sorted(p.name for p in path.iterdir()) == sorted(["config.json", model_file(path).name, "notes.md"])
+    assert sorted(p.name for p in path.iterdir()) == sorted([MANIFEST, "config.json", model_file(path).name,
+                                                             "notes.md"])
 
 
 def test_save_refuses_a_file_and_a_foreign_config(tmp_path, saved):
@@ -316,7 +332,8 @@ def test_an_interrupt_just_after_the_switch_keeps_the_new_checkpoint(saved, monk
 
     def switch_then_interrupt(src, dst):
         replace(src, dst)
-        raise KeyboardInterrupt
+        if os.path.basename(dst) == "config.json":   # the switch, not the manifest's update
+            raise KeyboardInterrupt
 
     monkeypatch.setattr(models.checkpoint.os, "replace", switch_then_interrupt)
     new = build_model(ModelConfig.from_preset("nope", "tiny", n_ctx=64))
@@ -390,6 +407,7 @@ def test_integer_weights_are_refused(saved):
     config = json.loads((path / "config.json").read_text())
     integers = {k: v.round().to(torch.int64) if k == "W_E" else v for k, v in model.state_dict().items()}
     (path / config["files"]["model"]).unlink()
+    del config["sha256"]   # version 2 recorded no digest of its files
     path.joinpath("config.json").write_text(json.dumps({**config, "format_version": 2}))
     save_file({k: v.contiguous() for k, v in integers.items()}, path / config["files"]["model"])
     with pytest.raises(CheckpointError, match=r"not floating point W_E: file torch.int64"):
@@ -479,6 +497,7 @@ def test_sizes_that_do_not_fit_the_tensors_are_found_before_the_model_is_built(s
     model, path = saved
     config = json.loads((path / "config.json").read_text())
     config["model"].update(n_layers=200, d_model=128)
+    del config["sha256"]   # version 2 recorded no digest of its files
     (path / "config.json").write_text(json.dumps({**config, "format_version": 2}))
     (path / config["files"]["model"]).unlink()   # a version-2 file: no record to compare the sizes with
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, path / config["files"]["model"])

@@ -549,12 +549,10 @@ def _task_hunt(args, checkpoint, task: str) -> int:
 
 
 def cmd_check_task(args) -> int:
-    from interp.tasks import get_task
-    from interp.tasks.contract import check_task
-    from interp.tasks.registry import resolve
+    from interp import conformance
 
-    task = get_task(resolve(args.task))
-    checks = check_task(task)
+    name, checks = conformance.isolated(conformance.task_checks, args.task, seconds=conformance.TASK_CHECK_SECONDS,
+                                        what=f"check-task {args.task}")
     for check in checks:
         print(check.line())
     failed = [check.name for check in checks if not check.passed]
@@ -770,17 +768,11 @@ def cmd_bench(args) -> int:
 
 
 def cmd_check_mechanism(args) -> int:
-    from interp.conformance import CHECK_SECONDS, CheckTimedOut, check_mechanism, time_limit
-    from models import mechanisms
+    from interp import conformance
 
-    try:
-        with time_limit(CHECK_SECONDS):   # a module that never finishes importing
-            name = mechanisms.load_spec(args.mechanism) if ":" in args.mechanism else args.mechanism
-    except CheckTimedOut as err:
-        raise ValueError(f"importing {args.mechanism}: {err}") from None
-    if not mechanisms.find_mechanism(name):
-        raise ValueError(mechanisms.unknown_model(name))
-    report = check_mechanism(name, args.device)
+    report = conformance.isolated(conformance.mechanism_report, args.mechanism, args.device,
+                                  seconds=conformance.mechanism_seconds(), what=f"check-mechanism {args.mechanism}")
+    name = report.mechanism
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
         return 0 if report.passed else 1

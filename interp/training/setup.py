@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 import models
-from interp.outputs import writable_dir
+from interp.outputs import read_json, writable_dir
 from interp.tasks import SPLITS, check_draw_size, get_task, read_mask, sample_automaton, train_batch
 from models import ModelConfig
 from models.checkpoint import on_device
@@ -393,18 +393,32 @@ def output_lock(out: Path, command: str = "glitchlens"):
 
 
 def _lock_holder(lock: Path) -> dict | None:
-    """The lock's record; None when it is not one (then it is stale)."""
-    try:
-        holder = json.loads(lock.read_text())
-    except (OSError, ValueError):
+    """The lock's record; None when it is gone or holds no record (then it is stale). A lock
+    that is a symbolic link, a FIFO, a device or a huge file is no lock GlitchLens wrote: a
+    ValueError saying to remove it, never a read that blocks or never ends."""
+    if not os.path.lexists(lock):
         return None
+    if lock.is_symlink():
+        raise ValueError(f"{lock} is a symbolic link, not a lock glitchlens wrote; remove it")
+    try:
+        holder = read_json(lock, "lock file", LOCK_BYTES)
+    except ValueError as err:
+        if not lock.is_file() or lock.stat().st_size > LOCK_BYTES:
+            raise ValueError(f"{err}; it is not a lock glitchlens wrote: remove it") from None
+        return None   # a torn or garbled record: stale
     return holder if isinstance(holder, dict) else None
+
+
+LOCK_BYTES = 4096   # a lock's record is one line of JSON
+PID_MAX = 1 << 22   # Linux's largest pid_max; a larger pid names no process
 
 
 def _stale(holder: dict) -> bool:
     pid = holder.get("pid")
     if holder.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
         return False
+    if pid > PID_MAX:   # os.kill would raise OverflowError past the C long range
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
