@@ -19,6 +19,7 @@ import sys
 
 from interp.cli.commands import COMMANDS, shown, stop_signals_ignored, train_configs
 from interp.cli.parser import build_parser
+from interp.threads import use_threads
 
 __all__ = ["build_parser", "main", "train_configs"]
 
@@ -85,6 +86,7 @@ def _main(argv: list[str] | None) -> int:
         args = build_parser().parse_args(argv)
         command = f"glitchlens {args.command}"
         args.argv = argv
+        use_threads(args.threads)   # before anything imports torch
         if args.command != "pretrained" or args.action == "build":  # the listing reads JSON: no torch, at once
             from interp.training.setup import reuse_freed_memory
 

@@ -90,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="import an attention mechanism of your own and register it as the model NAME (default: "
                             "the class name, lower-case, less 'Attention'), here and in the processes this command "
                             "starts; repeatable (docs/how-to/add-a-mechanism.md \"Your own mechanism\")")
+        p.add_argument("--threads", type=positive_int, default=None,
+                       help="torch threads, here and in the processes this command starts (default: "
+                            "OMP_NUM_THREADS if set, else the cores the load average leaves idle, at least 1: on a "
+                            "busy machine more threads than idle cores wait for each other; README \"Quick start\")")
         return p
 
     checkpoint_help = (f"checkpoint directory, or the name of a pretrained model ({', '.join(ENTRIES)}; "

@@ -1,0 +1,53 @@
+"""How many threads a ``glitchlens`` command gives torch.
+
+Every operation torch splits across threads ends at a barrier where the threads wait for the
+slowest. On a machine whose cores are busy with other work, one of them is often descheduled,
+and each barrier then waits for the scheduler to give it a core back: on a shared 2-core
+machine two threads ran a forward 10-18x slower than one. So a command uses the cores that
+are idle, as the load average counts them, and never fewer than one; ``--threads N`` (or
+``OMP_NUM_THREADS`` in the environment) says how many instead. Nothing here imports torch: the
+choice goes to ``OMP_NUM_THREADS``, which torch reads when it is first imported, and the
+processes a command starts (a sweep's runs) inherit it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, e.g. a container's share)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def idle_cores(cpus: int | None = None, load: float | None = None) -> int:
+    """``cpus`` less the cores the other work keeps busy (the 1-minute load average, rounded),
+    at least 1: the threads a command can run without waiting for cores others hold."""
+    cpus = usable_cpus() if cpus is None else cpus
+    load = os.getloadavg()[0] if load is None else load
+    return max(1, min(cpus, cpus - round(load)))
+
+
+def choose_threads(requested: int | None) -> int:
+    """``requested`` (``--threads``) if given, else ``OMP_NUM_THREADS`` if set to a positive
+    integer, else :func:`idle_cores`."""
+    if requested is not None:
+        return requested
+    configured = os.environ.get("OMP_NUM_THREADS", "")
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
+    return idle_cores()
+
+
+def use_threads(requested: int | None) -> int:
+    """Give torch :func:`choose_threads`'s count, now if it is imported, else when it is (and
+    the processes started from here): returns the count."""
+    threads = choose_threads(requested)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    return threads
