@@ -54,7 +54,7 @@ from tqdm.auto import tqdm
 
 from interp import circuits, plots
 from interp.diagnose.summary import plain
-from interp.evaluate import BATCH_SIZE, checkpoint_task, evaluate_reads
+from interp.evaluate import BATCH_SIZE, evaluate_reads, predict_reads
 from interp.tasks import load_split
 
 NAMED = 0.5                  # restored fraction that names a component
@@ -72,8 +72,9 @@ class Explanation:
     def lines(self) -> list[str]:
         """The summary in a few lines, as ``glitchlens explain`` prints it."""
         s = self.summary
-        out = [f"{s['checkpoint']} ({s['model']}), {s['split']}, first {s['sequences']} sequences: "
-               f"{s['reads']} reads, {s['glitches']} glitches"]
+        out = [f"{s['checkpoint']} ({s['model']}), {s.get('task', 'flipflop')} task, {s['split']}, first "
+               f"{s['sequences']} sequences: {s['reads']} {'reads' if 'task' not in s else 'answers'}, "
+               f"{s['glitches']} glitches"]
         if not s["glitches"]:
             out.append("  no glitches in these sequences: the bit's route is traced on correct reads only")
         for kind, title in (("carry", "carry the bit"), ("corrupt", "corrupt it")):
@@ -82,8 +83,9 @@ class Explanation:
                 continue
             named = ", ".join(f"{c['component']} {c['restored']:.2f}" for c in part["named"]) or "none alone"
             out.append(f"{title} ({part['pairs']} pairs: {part['pairs_are']}): {named}")
-            out.append(f"  where, before each layer (position from the write): {where_text(part['where'])}")
-            if part["paths"]:
+            if "where" in part:
+                out.append(f"  where, before each layer (position from the write): {where_text(part['where'])}")
+            if part.get("paths"):
                 out.append("  paths: " + ", ".join(f"{p['sender']} -> {p['receiver']} {p['input']} {p['restored']:.2f}"
                                                    for p in part["paths"]))
         if s["dla"]:
@@ -230,11 +232,12 @@ def named(traced: dict[str, pd.DataFrame], pairs: circuits.ReadPairs, pairs_are:
             "paths": records(paths, ["sender", "receiver", "input", "restored"], NAMED)}
 
 
-def dla_by_reads(model, tokens: np.ndarray, reads: pd.DataFrame) -> tuple[pd.DataFrame, float]:
+def dla_by_reads(model, tokens: np.ndarray, reads: pd.DataFrame, task: str | None = None
+                 ) -> tuple[pd.DataFrame, float]:
     """:func:`~interp.circuits.dla_summary` at the correct reads and at the glitches, and how
     far the components of a read are from adding up to its logit difference (the largest gap
-    over the reads, :func:`~interp.circuits.dla_sum_error`)."""
-    dla = circuits.direct_logit_attribution(model, tokens)
+    over the reads, :func:`~interp.circuits.dla_sum_error`). ``task``: the model's by default."""
+    dla = circuits.direct_logit_attribution(model, tokens, task=task)
     labels = reads[["seq", "position", "correct"]].assign(reads=np.where(reads.correct, "correct", "glitch"))
     return (circuits.dla_summary(dla.merge(labels, on=["seq", "position"]), by=["reads"]),
             circuits.dla_sum_error(dla))
@@ -244,7 +247,7 @@ NEURON_CHUNK = 8   # sequences per attribution by neuron: its frame has a row pe
 TOP_NEURONS = 5    # the neurons named per kind of read
 
 
-def top_neurons(model, tokens: np.ndarray, reads: pd.DataFrame) -> dict[str, list[dict]]:
+def top_neurons(model, tokens: np.ndarray, reads: pd.DataFrame, task: str | None = None) -> dict[str, list[dict]]:
     """The ``TOP_NEURONS`` MLP neurons of largest mean absolute direct attribution at the
     correct reads and at the glitches (``{reads: [{component, attribution, abs_attribution,
     share}]}``), from :func:`~interp.circuits.direct_logit_attribution` with ``neurons``, run
@@ -252,7 +255,7 @@ def top_neurons(model, tokens: np.ndarray, reads: pd.DataFrame) -> dict[str, lis
     labels = reads[["seq", "position"]].assign(reads=np.where(reads.correct, "correct", "glitch"))
     sums = []
     for start in range(0, len(tokens), NEURON_CHUNK):
-        frame = circuits.direct_logit_attribution(model, tokens[start:start + NEURON_CHUNK], neurons=True)
+        frame = circuits.direct_logit_attribution(model, tokens[start:start + NEURON_CHUNK], neurons=True, task=task)
         frame = frame[frame.kind == "neuron"].assign(seq=lambda f: f.seq + start).merge(labels, on=["seq", "position"])
         frame = frame.assign(abs_attribution=frame.attribution.abs(), n=1)
         sums.append(frame.groupby(["reads", "component"], sort=False)[
@@ -273,10 +276,12 @@ def _without_stream(model, out_dir: Path, summary: dict, glitches: pd.DataFrame,
     return _write(out_dir, summary, glitches, pd.DataFrame(), files)
 
 
-def _write(out_dir: Path, summary: dict, glitches: pd.DataFrame, dla: pd.DataFrame, files: dict) -> Explanation:
-    """report.md and explain.json, the last files of an explanation."""
+def _write(out_dir: Path, summary: dict, glitches: pd.DataFrame, dla: pd.DataFrame, files: dict,
+           report: str | None = None) -> Explanation:
+    """report.md (``report``, or flip-flop's :func:`report_markdown`) and explain.json, the last
+    files of an explanation."""
     files["report"] = out_dir / "report.md"
-    files["report"].write_text(report_markdown(summary, glitches, dla))
+    files["report"].write_text(report if report is not None else report_markdown(summary, glitches, dla))
     files["json"] = out_dir / "explain.json"
     summary["files"] = {kind: path.name for kind, path in files.items()}
     files["json"].write_text(json.dumps(plain(summary), indent=2, allow_nan=False) + "\n")
@@ -348,27 +353,34 @@ def report_markdown(summary: dict, glitches: pd.DataFrame, dla: pd.DataFrame) ->
 ANALYSES = {"dla": "direct logit attribution", "carry": "which components carry the bit",
             "corrupt": "which components carry the glitch"}
 PAIRS_ARE = {"carry": "correct reads, their last write's bit flipped",
-             "corrupt": "glitches, clean = the one-instruction edit the model reads right"}
+             "corrupt": "glitches, clean = the one-instruction edit the model reads right",
+             "resample": "glitches, clean = another sequence answered right at the same position"}
 
 
-def explain(checkpoint_path, out_dir, split: str = "dense", n: int = 100, pairs: int = 16,
+def explain(checkpoint_path, out_dir, split: str | None = None, n: int = 100, pairs: int = 16,
             batch_size: int = BATCH_SIZE, device: str = "cpu", progress: bool = False,
-            overwrite: bool = False) -> Explanation:
-    """Explain the glitches of a checkpoint on the first ``n`` sequences of ``split`` and write
-    the files of the module docstring into ``out_dir``; ``pairs``: at most this many pairs of
-    each kind. ``progress``: a bar on stderr over the forward passes (:class:`RunCounter`).
+            overwrite: bool = False, task: str | None = None) -> Explanation:
+    """Explain the glitches of a checkpoint on the first ``n`` sequences of ``split`` (default:
+    ``dense``) and write the files of the module docstring into ``out_dir``; ``pairs``: at most
+    this many pairs of each kind. ``progress``: a bar on stderr over the forward passes
+    (:class:`RunCounter`). The checkpoint's recorded task decides the data (``task``, when
+    given, must be that one); a model of another task than flip-flop is explained by
+    :func:`explain_task`.
 
     The cost is the patching: each kind of pair (correct reads, glitches) takes one forward
     pass of its ``pairs`` sequences per head of every patched hook, per position of the
     stream before each layer, and per path; a pass costs about ``pairs`` times one sequence's
     forward at the length up to its read. ``n`` costs one evaluation and one cached run."""
-    from interp.outputs import check_free, moved, staged, writable_dir
-    from models import load, read_config
-
-    if checkpoint_task(read_config(checkpoint_path)) == "automaton":
-        raise ValueError(f"{checkpoint_path} was trained on the automaton task; explain reads flip-flop reads")
-    check_free(writable_dir(out_dir), ("report.md", "explain.json", "glitches.csv"), overwrite)  # before the passes
     from interp.diagnose import require_finite
+    from interp.diagnose.task import recorded_task
+    from interp.outputs import check_free, moved, staged, writable_dir
+    from models import load
+
+    task = recorded_task(checkpoint_path, task)
+    if task != "flipflop":
+        return explain_task(checkpoint_path, out_dir, task, split, n, pairs, batch_size, device, overwrite)
+    split = split or "dense"
+    check_free(writable_dir(out_dir), ("report.md", "explain.json", "glitches.csv"), overwrite)  # before the passes
 
     model = require_finite(load(checkpoint_path, device=device), checkpoint_path, "attribution")
     runs = RunCounter(model, progress)
@@ -447,3 +459,94 @@ def _explain(model, checkpoint_path, out_dir: Path, split: str, n: int, pairs: i
             files[name] = out_dir / f"{name}.csv"
             pd.concat(frames, ignore_index=True).to_csv(files[name], index=False)
     return _write(out_dir, summary, glitches, dla, files)
+
+
+def explain_task(checkpoint_path, out_dir, task_name: str, split: str | None = None, n: int = 100, pairs: int = 16,
+                 batch_size: int = BATCH_SIZE, device: str = "cpu", overwrite: bool = False) -> Explanation:
+    """:func:`explain` of a model of a registered task other than flip-flop, on the first ``n``
+    sequences of ``split`` (default: the task's first split out of distribution, else its first):
+    its glitches (wrong answers at scored positions), direct logit attribution of the task's
+    margin at correct answers and at glitches, and *corrupt it*: up to ``pairs`` glitches, each
+    the corrupt run of a pair whose clean run is another sequence answered right at the same
+    position (:func:`interp.diagnose.circuits.partners`), every head's ``hook_z``, MLP output and
+    mechanism hook patched at all positions. Flip-flop's position-by-position and path patching
+    follow its write, which other tasks do not have. Files: report.md, explain.json,
+    glitches.csv, dla.csv, patching.csv."""
+    from interp.diagnose import require_finite
+    from interp.diagnose.circuits import partners, patch_glitches
+    from interp.outputs import moved, staged, writable_dir
+    from interp.tasks import get_task
+    from models import load
+
+    task = get_task(task_name)
+    split = split or next((name for name, s in task.splits.items() if not s.in_distribution), next(iter(task.splits)))
+    tokens = task.load_split(split, min(n, task.splits[split].size) if split in task.splits else n)
+    with staged(writable_dir(out_dir), overwrite, ("report.md", "explain.json", "glitches.csv")) as stage:
+        model = require_finite(load(checkpoint_path, device=device), checkpoint_path, "attribution")
+        inputs = task.model_io(tokens)[0]
+        found = predict_reads(model, tokens, batch_size, task=task)
+        correct = task.is_correct(found.predicted, found.target)
+        reads = pd.DataFrame({"seq": found.sequence, "position": found.position, "target": found.target,
+                              "correct": correct})
+        glitches = pd.DataFrame({"seq": found.sequence, "position": found.position,
+                                 "target": [task.vocab[t] for t in found.target],
+                                 "predicted": [task.vocab[t] for t in found.predicted], "margin": found.margin})[~correct]
+        glitches = glitches.reset_index(drop=True)
+        summary = {"checkpoint": str(checkpoint_path), "model": model.cfg.model, "task": task.name, "split": split,
+                   "sequences": len(tokens), "reads": len(reads), "glitches": len(glitches), "named_at": NAMED,
+                   "dla": {}, "skipped": {}}
+        files = {"glitches": stage / "glitches.csv"}
+        glitches.to_csv(files["glitches"], index=False)
+        dla = pd.DataFrame()
+        if not hasattr(model, "blocks"):
+            reason = f"the {model.cfg.model} model has no heads or residual stream to attribute or patch"
+            summary["skipped"] |= {"dla": reason, "corrupt": reason}
+        else:
+            dla, summary["dla_sum_error"] = dla_by_reads(model, inputs, reads, task.name)
+            summary["neurons"] = top_neurons(model, inputs, reads, task.name)
+            files["dla_csv"] = stage / "dla.csv"
+            dla.to_csv(files["dla_csv"], index=False)
+            summary["dla"] = {label: group.reindex(group.attribution.abs().sort_values(ascending=False).index).head(3)[
+                ["component", "attribution", "share"]].to_dict("records") for label, group in dla.groupby("reads")}
+            chosen = glitches.head(pairs)
+            partner = partners(reads, chosen)
+            if not len(glitches):
+                summary["skipped"]["corrupt"] = "no answer of these sequences is wrong, so there is no glitch to patch"
+            elif not (partner >= 0).any():
+                summary["skipped"]["corrupt"] = (f"no glitch has a partner: no other sequence of {split} is answered "
+                                                 "right at a glitch's position")
+            else:
+                components = circuits.patchable_hooks(model, ("z", "mlp_out", "mechanism"))
+                patched = patch_glitches(model, task, inputs, chosen, partner, components)
+                files["patching"] = stage / "patching.csv"
+                patched.assign(kind="corrupt").to_csv(files["patching"], index=False)
+                whole = circuits.patching_summary(patched)
+                summary["corrupt"] = {"pairs": int((partner >= 0).sum()), "pairs_are": PAIRS_ARE["resample"],
+                                      "named": whole[whole.restored >= NAMED].sort_values(
+                                          "restored", ascending=False)[["component", "restored"]].to_dict("records")}
+        result = _write(stage, summary, glitches, dla, files, task_report_markdown(summary, glitches, dla))
+    return replace(result, out_dir=Path(out_dir), files=moved(result.files, stage, out_dir))
+
+
+def task_report_markdown(summary: dict, glitches: pd.DataFrame, dla: pd.DataFrame) -> str:
+    """report.md of :func:`explain_task`: the glitches, the attribution and the patching."""
+    s = summary
+    lines = [f"# glitchlens explain: {s['checkpoint']} ({s['model']}), {s['task']} task", ""]
+    lines += [f"**Skipped: {ANALYSES[kind]}**: {reason}.  " for kind, reason in s["skipped"].items()]
+    lines += ["", f"Split `{s['split']}`, first {s['sequences']} sequences: {s['reads']} scored answers, "
+                  f"{s['glitches']} glitches.", "", "| seq | position | right answer | predicted | margin |",
+              "|---|---|---|---|---|"]
+    lines += [f"| {r.seq} | {r.position} | {r.target} | {r.predicted} | {r.margin:+.3f} |"
+              for r in glitches.head(50).itertuples()]
+    if len(dla):
+        lines += ["", "## Direct logit attribution", "",
+                  "Mean attribution of each component to the task's margin (the right answer's logit minus the "
+                  f"best other answer's), and its share; the parts add up to within {s['dla_sum_error']:.1e}.", "",
+                  "| component | reads | attribution | share |", "|---|---|---|---|"]
+        lines += [f"| {r.component} | {r.reads} | {r.attribution:+.3f} | {r.share:.2f} |" for r in dla.itertuples()]
+    if "corrupt" in s:
+        part = s["corrupt"]
+        lines += ["", "## Which components carry the glitch", "", f"{part['pairs']} pairs ({part['pairs_are']}).",
+                  "", f"Named (restore >= {NAMED:.1f} alone): "
+                  + (", ".join(f"**{c['component']}** {c['restored']:.2f}" for c in part["named"]) or "none")]
+    return "\n".join(lines) + "\n"

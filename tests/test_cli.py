@@ -160,7 +160,8 @@ def test_train_errors(capsys, files, args, match):
     (["eval", "{root}/a_file"], "is a file, not a GlitchLens checkpoint"),
     (["eval", "{root}/missing"], "no such checkpoint directory"),
     (["eval", "models/pretrained/automaton-1l", "--splits", "iid"], "trained on the automaton task"),
-    (["diagnose", "models/pretrained/automaton-1l", "--out", "{root}/report"], "trained on the automaton task"),
+    (["diagnose", "models/pretrained/automaton-1l", "--task", "flipflop", "--out", "{root}/report"],
+     "trained on the automaton task, not flipflop"),
     (["diagnose", "{root}/ckpt", "--out", "{root}/report", "-n", "0"], "-n/--n: expected a positive integer"),
     (["data", "--split", "iid", "-n", "2", "--out", "{root}/x.txt"], "unsupported file type '.txt'"),
     (["data", "--split", "iid", "-n", "-1", "--out", "{root}/x.jsonl"], "expected a positive integer"),
@@ -266,7 +267,8 @@ def test_eval_takes_a_pretrained_name_with_a_progress_bar_on_stderr(capsys):
 @pytest.mark.integration
 def test_names_resolve_for_diagnose_and_say_what_is_missing(capsys, tmp_path, monkeypatch):
     report = tmp_path / "report"
-    fails(capsys, "diagnose", "automaton-1l", "--out", report, match="trained on the automaton task")
+    fails(capsys, "diagnose", "automaton-1l", "--task", "flipflop", "--out", report,
+          match="trained on the automaton task, not flipflop")
     line = fails(capsys, "eval", "tra-mehc", match="tra-mehc: no such checkpoint directory, nor a pretrained model")
     assert "tra-mech, fot-mech" in line
     fails(capsys, "diagnose", "tra-mehc", "--out", report, match="nor a pretrained model of that name")

@@ -209,8 +209,8 @@ def test_cli_hunts_a_pretrained_model_and_eval_rechecks_its_files(tmp_path, caps
 def test_cli_errors(capsys):
     assert main(["hunt", "no-such-model", "--quiet"]) == 2
     assert "no such checkpoint directory, nor a pretrained model" in capsys.readouterr().err
-    assert main(["hunt", "automaton-1l", "--quiet"]) == 2
-    assert "trained on the automaton task" in capsys.readouterr().err
+    assert main(["hunt", "automaton-1l", "--task", "flipflop", "--quiet"]) == 2
+    assert "trained on the automaton task, not flipflop" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stop:
         main(["hunt", "rope-mech", "--budget", "0"])
     assert stop.value.code == 2 and "expected a positive integer, got 0" in capsys.readouterr().err

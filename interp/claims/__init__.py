@@ -28,8 +28,8 @@ from interp.claims.tra import TRA_CLAIMS
 from interp.claims.verdicts import REASONS, VERDICTS, Claim, Evidence, verdict
 
 CLAIMS: list[Claim] = [*TRA_CLAIMS, *TDA_CLAIMS, *FLIPFLOP_CLAIMS, *COPE_CLAIMS]
-COLUMNS = ("key", "paper", "section", "claim", "paper_number", "ours", "n", "interval", "verdict", "reason",
-           "model", "source")
+COLUMNS = ("key", "paper", "section", "claim", "quote", "line", "paper_number", "ours", "n", "interval", "verdict",
+           "reason", "model", "source")
 
 
 def table(claims: list[Claim] | None = None) -> pd.DataFrame:
@@ -38,7 +38,8 @@ def table(claims: list[Claim] | None = None) -> pd.DataFrame:
     for claim in claims or CLAIMS:
         evidence = claim.measure()
         rows.append({"key": claim.key, "paper": claim.paper, "section": claim.section, "claim": claim.claim,
-                     "paper_number": claim.paper_number, "ours": evidence.ours, "n": evidence.n,
+                     "quote": claim.quote[1], "line": claim.quote[0], "paper_number": claim.paper_number,
+                     "ours": evidence.ours, "n": evidence.n,
                      "interval": evidence.interval, "verdict": verdict(evidence),
                      "reason": evidence.reason if verdict(evidence) == "not reproduced" else "",
                      "model": claim.model, "source": evidence.source})
@@ -54,7 +55,8 @@ def to_markdown(frame: pd.DataFrame) -> str:
              "|---|---|---|---|---|"]
     for r in frame.itertuples():
         verdict_cell = f"**{r.verdict}**" + (f" ({r.reason})" if r.reason else "")
-        lines.append(f"| {r.paper} {r.section}: {_cell(r.claim)} | {_cell(r.paper_number)} | {_cell(r.ours)} "
+        words = f" (\"{_cell(r.quote)}\", l. {r.line})" if r.quote else ""
+        lines.append(f"| {r.paper} {r.section}: {_cell(r.claim)}{words} | {_cell(r.paper_number)} | {_cell(r.ours)} "
                      f"(n: {_cell(r.n)}; {_cell(r.interval)}) | {verdict_cell} | {_cell(r.model)} |")
     return "\n".join(lines) + "\n"
 
@@ -119,8 +121,16 @@ def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
             ("docs/results/claims.md", "claims-counts"): "\n" + counts_sentence(frame) + ".\n",
             ("docs/results/claims.md", "sweep-counts"): "\n" + sweeps_markdown(),
             ("docs/results/benchmarks.md", "gpu-kernels"): "\n" + gpu_kernels_markdown(),
-            ("README.md", "claims-counts"): counts_sentence(frame)
-            + " ([the claims table](docs/results/claims.md#the-papers-claims-tested))."}
+            ("README.md", "claims-counts"): counts_sentence(frame) + f". {VERDICT_RULE} ([the claims table and how a "
+            "verdict is reached](docs/results/claims.md#the-papers-claims-tested))."}
+
+
+# How a verdict is reached, in one sentence for the README (docs/results/claims.md has the paragraph).
+VERDICT_RULE = ("Each row quotes the paper's words with their line, computes the paper's statistic, and is judged "
+                "over seeds where the paper's spread is over seeds (a t interval, or an exact one for a share): a "
+                "claim holds when every seed shows it or a stated test gives p <= 0.05, never on the best run; it "
+                "is contradicted only when the opposite reaches p <= 0.05 at the seed level; a row whose model "
+                "misses the claim's premise, or lacks runs, says which and what they cost")
 
 
 def marked(text: str, marker: str) -> re.Match | None:

@@ -431,7 +431,7 @@ def cmd_diagnose(args) -> int:
     heads = _recorded_heads(checkpoint)
     for length in args.lengths or ():
         check_attention_size("--lengths", length, args.cache_sequences or 2, heads, length)
-    if task not in ("flipflop", "automaton"):   # a registered task of its own: interp.diagnose.task
+    if task != "flipflop":   # every other registered task: interp.diagnose.task
         from interp.diagnose.task import diagnose_task
 
         if args.lengths:
@@ -470,8 +470,9 @@ def cmd_explain(args) -> int:
     if args.pairs > MAX_PAIRS:
         raise ValueError(f"--pairs {args.pairs}: each patching pass runs that many sequences, once per head, "
                          f"position and path; at most {MAX_PAIRS} (docs/results/tools.md \"What explain costs\")")
-    result = explain(checkpoint_dir(args.checkpoint), args.out, split=args.split, n=args.n, pairs=args.pairs,
-                     device=args.device, progress=not args.quiet, overwrite=args.overwrite)
+    checkpoint = checkpoint_dir(args.checkpoint)
+    result = explain(checkpoint, args.out, split=args.split, n=args.n, pairs=args.pairs, device=args.device,
+                     progress=not args.quiet, overwrite=args.overwrite, task=checkpoint_task_of(args, checkpoint))
     for kind, reason in result.summary["skipped"].items():
         print(f"skipped {ANALYSES[kind]}: {reason}", file=sys.stderr)
     print(shown("\n".join(result.lines())))
@@ -486,8 +487,6 @@ def cmd_hunt(args) -> int:
 
     checkpoint = checkpoint_dir(args.checkpoint)
     task = checkpoint_task_of(args, checkpoint)
-    if task == "automaton":
-        raise ValueError(f"{args.checkpoint} was trained on the automaton task; hunt searches flip-flop sequences")
     from interp.outputs import check_free, moved, staged, writable_dir
     from interp.tasks import check_draw_size
 
@@ -535,7 +534,7 @@ def _task_hunt(args, checkpoint, task: str) -> int:
     if args.out:
         check_free(writable_dir(args.out), ("hunt.json",), args.overwrite)
     result = hunt_task(load(checkpoint, device=args.device), task, budget=args.budget, seed=args.seed)
-    files = write_task_hunt(result, args.out) if args.out else {}
+    files = write_task_hunt(result, args.out, args.overwrite) if args.out else {}
     if args.json:
         print(json.dumps(summary(result), indent=2))
         return 0

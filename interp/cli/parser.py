@@ -243,8 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "stream position and per path, for each kind of pair "
                            "(docs/results/tools.md \"What explain costs\")")
     p.add_argument("checkpoint", help=checkpoint_help)
-    p.add_argument("--split", choices=["iid", "sparse", "dense"], default="dense",
-                   help="the canonical split whose glitches are explained")
+    p.add_argument("--task", default=None, metavar="NAME|MODULE:CLASS", help=CHECKPOINT_TASK_HELP)
+    p.add_argument("--split", default=None,
+                   help="the canonical split whose glitches are explained (default: flip-flop's dense; another "
+                        "task's first split out of distribution)")
     p.add_argument("-n", type=positive_int, default=100, help="first n sequences of the split")
     p.add_argument("--pairs", type=positive_int, default=16,
                    help="at most this many (clean, corrupt) pairs of each kind: correct reads with their write's bit "

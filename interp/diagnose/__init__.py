@@ -36,8 +36,9 @@ and fits a window 1400 px wide: :mod:`interp.diagnose.report`), ``metrics.json``
 value, map, seq_len`` plus metric-specific ones; rows with a ``query_pos`` are the dispersion
 curve at the probe length, mean over heads; rows with a ``split`` are the error rates by
 dependency length), ``glitches.csv`` (one row per wrong read: ``split, seq, position,
-write_pos, dependency_length, ignores_since, n_writes, true_bit, pred_bit``) and PNGs of the
-key plots.
+write_pos, dependency_length, ignores_since, n_writes, true_bit, pred_bit``), PNGs of the
+key plots, and ``browser.html``, the glitch browser (:mod:`interp.diagnose.browser`: each
+glitch's attention at every layer and head, its direct logit attribution and its patching).
 
 The modules: ``run`` (the evaluation's error rates and the attention runs), ``summary`` (what
 metrics.json and metrics.csv hold, every field documented there, and the printed table),
@@ -52,6 +53,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
@@ -66,7 +68,7 @@ from models.attention.tda import threshold_betas
 
 
 # written by every diagnosis, checked before the work starts (the PNGs are checked before they move)
-OUTPUT_FILES = ("report.html", "metrics.json", "metrics.csv", "glitches.csv")
+OUTPUT_FILES = ("report.html", "metrics.json", "metrics.csv", "glitches.csv", "browser.html")
 
 
 def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse", "dense"), n: int | None = 32,
@@ -78,12 +80,16 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
     all). The defaults keep a ``mini`` checkpoint under a minute on a 2-core CPU.
     ``progress``: a bar on stderr, one step per split evaluated, per layer of each attention
     run and per stage after them, saying which is running. ``overwrite``: replace files in
-    ``out_dir`` that this command did not write (:mod:`interp.outputs`)."""
+    ``out_dir`` that this command did not write (:mod:`interp.outputs`). A checkpoint of another
+    task is diagnosed on its own task's splits (:func:`interp.diagnose.task.diagnose_task`)."""
     from models import load, read_config
 
-    if checkpoint_task(read_config(checkpoint_path)) == "automaton":
-        raise ValueError(f"{checkpoint_path} was trained on the automaton task; diagnose reads flip-flop splits. "
-                         f"`glitchlens eval {checkpoint_path}` scores it on automaton sequences")
+    task = checkpoint_task(read_config(checkpoint_path))
+    if task != "flipflop":   # its own splits, tokens and answers; the lengths are flip-flop's
+        from interp.diagnose.task import diagnose_task
+
+        return diagnose_task(checkpoint_path, out_dir, task, n=n, n_cache_sequences=n_cache_sequences,
+                             batch_size=batch_size, device=device, overwrite=overwrite)
     check_free(writable_dir(out_dir), OUTPUT_FILES, overwrite)  # before minutes of work, not after
     settings = {"splits": list(splits), "n": n, "lengths": list(lengths), "n_cache_sequences": n_cache_sequences,
                 "sink_keys": list(sink_keys), "sink_eps": sink_threshold, "heatmap_tokens": heatmap_tokens,
@@ -136,9 +142,11 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
         metrics |= attention_fields(model.cfg.model, names, frame, runs, probe_length, skipped_lengths, settings)
     if metrics["threshold_beta"] is None:
         metrics["skipped"]["threshold_beta"] = f"{model.cfg.model} has no threshold layer (only trela and tda do)"
+    bar.set_postfix_str("the glitch browser")
+    browser = glitch_browser(model, checkpoint_path, reads, n)
     lap("metrics", "drawing the report")
     with staged(out_dir, overwrite, OUTPUT_FILES) as stage:
-        files = write_outputs(stage, metrics, frame, glitches, rates, probe)
+        files = write_outputs(stage, metrics, frame, glitches, rates, probe, browser)
         lap("report", "done")
         bar.refresh()   # the last state is drawn, whatever tqdm's minimum interval between draws
         bar.close()
@@ -146,6 +154,28 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
         files["metrics_json"].write_text(json.dumps(plain(metrics), indent=2, allow_nan=False) + "\n")
     files = moved(files, stage, out_dir)
     return Diagnosis(Path(out_dir), plain(metrics), frame, glitches, files)
+
+
+def glitch_browser(model, checkpoint_path, reads: pd.DataFrame, n: int | None) -> str:
+    """browser.html (:mod:`interp.diagnose.browser`) of the glitches among ``reads`` (the
+    evaluation's :func:`~interp.metrics.read_table` rows with ``split``), each split's first
+    ``n`` sequences."""
+    from interp.diagnose.browser import glitch_views, render
+    from interp.diagnose.circuits import glitch_circuits
+    from interp.tasks import ZERO, get_task, load_split
+
+    task = get_task("flipflop")
+    splits = list(dict.fromkeys(reads.split))
+    inputs = {split: load_split(split, n)[:, :-1] for split in splits}
+    answers = reads.assign(target=ZERO + reads.true_bit)[["split", "seq", "position", "target", "correct"]]
+    wrong = reads[~reads.correct]
+    glitches = wrong.assign(target=wrong.true_bit.astype(str),
+                            predicted=np.where(wrong.pred_bit >= 0, wrong.pred_bit.astype(str), "not a bit"))
+    compute, skipped = glitch_circuits(model, task, inputs, answers)
+    views = glitch_views(model, task, inputs, glitches[["split", "seq", "position", "target", "predicted"]], compute)
+    counts = {split: int((glitches.split == split).sum()) for split in splits}
+    return render(f"GlitchLens glitches: {checkpoint_path} ({model.cfg.model})", task.description, counts, views,
+                  skipped)
 
 
 def require_finite(model, checkpoint_path, what: str):
@@ -162,15 +192,17 @@ def require_finite(model, checkpoint_path, what: str):
 
 
 def write_outputs(out_dir: Path, metrics: dict, frame: pd.DataFrame, glitches: pd.DataFrame, rates: pd.DataFrame,
-                  probe: LengthRun | None) -> dict[str, Path]:
-    """report.html, the CSVs and the PNGs; records every file (metrics.json, written last by
-    the caller, included) in ``metrics["files"]``."""
+                  probe: LengthRun | None, browser: str) -> dict[str, Path]:
+    """report.html, the CSVs, the PNGs and browser.html (the page ``browser``); records every
+    file (metrics.json, written last by the caller, included) in ``metrics["files"]``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
     figures = Figures(out_dir, files)
     sections = report_sections(metrics, frame, glitches, rates, probe, figures)
     files |= {"metrics_csv": out_dir / "metrics.csv", "glitches_csv": out_dir / "glitches.csv",
-              "report": out_dir / "report.html", "metrics_json": out_dir / "metrics.json"}
+              "report": out_dir / "report.html", "metrics_json": out_dir / "metrics.json",
+              "browser": out_dir / "browser.html"}
+    files["browser"].write_text(browser)
     frame.to_csv(files["metrics_csv"], index=False)
     glitches.to_csv(files["glitches_csv"], index=False)
     metrics["files"] = {kind: path.name for kind, path in files.items()}
@@ -178,6 +210,7 @@ def write_outputs(out_dir: Path, metrics: dict, frame: pd.DataFrame, glitches: p
     meta = [f"checkpoint <code>{html.escape(metrics['checkpoint'])}</code>",
             "config: " + ", ".join(f"{k}={config[k]}" for k in ("n_layers", "n_heads", "d_model", "n_ctx", "attention",
                                                                "pos_embed", "attention_options")),
+            "every glitch's attention, direct logit attribution and patching: <a href='browser.html'>browser.html</a>",
             f"evaluated on the first {settings['n']} sequences of each split; attention measured on "
             f"{settings['n_cache_sequences']} FFL(0.8) sequences per length; files: "
             + ", ".join(sorted(metrics["files"].values()))]

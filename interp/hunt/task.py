@@ -1,8 +1,9 @@
-"""``glitchlens hunt`` of a checkpoint trained on a registered task other than flip-flop and the
-automaton: random sampling only. The guided search edits flip-flop instructions, which other tasks
-do not have; here each split's own generator (its parameters, at its length) draws ``budget``
-fresh sequences from ``seed``, the model scores them (:func:`interp.evaluate.predict_reads`),
-and the sequences with a wrong answer are the failures, each with its lowest margin.
+"""``glitchlens hunt`` of a checkpoint trained on a registered task other than flip-flop (the
+automaton, counting, selective copy, a task of one's own): random sampling only. The guided search
+edits flip-flop instructions, which other tasks do not have; here each split's own generator (its
+parameters, at its length) draws ``budget`` fresh sequences from ``seed``, the model scores them
+(:func:`interp.evaluate.predict_reads`), and the sequences with a wrong answer are the failures,
+each with its lowest margin.
 """
 
 from __future__ import annotations

@@ -239,6 +239,6 @@ def probe_labels(task, tokens: Integer[np.ndarray, "batch pos"]
     inputs, targets, scored = task.model_io(np.asarray(tokens))
     declared = task.probe_labels(inputs)
     if declared is None:
-        return inputs, np.where(scored, targets, -1).astype(np.int64), scored, "the right answer"
+        return inputs, np.where(scored, targets.astype(np.int64), -1), scored, "the right answer"
     declared = np.asarray(declared)
     return inputs, declared, declared >= 0, task.probe_label or "the task's probe label"
