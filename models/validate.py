@@ -179,6 +179,19 @@ def strings(name: str, values, empty: bool = True) -> list[str]:
     return values
 
 
+def seed(name: str, value):
+    """``value``, what ``numpy.random.default_rng`` takes: None, an integer >= 0, a non-empty list of
+    them, or a numpy ``Generator``, ``SeedSequence`` or ``BitGenerator``."""
+    if value is None or isinstance(value, (np.random.Generator, np.random.SeedSequence, np.random.BitGenerator)):
+        return value
+    if isinstance(value, (list, tuple)) and value:
+        return [integer(f"{name}[{i}]", v, 0) for i, v in enumerate(value)]
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        return integer(name, value, 0)
+    raise TypeError(f"{name} must be a seed (an integer >= 0, a list of them, or a numpy Generator), got "
+                    f"{shown(value)}")
+
+
 def device(name: str, value):
     """``value`` as a ``torch.device`` (``"cpu"``, ``"cuda:0"``, a device)."""
     import torch

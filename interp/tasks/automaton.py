@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from interp.tasks.flipflop import check_draw_size
+from models import validate
+
 SIGMA_0, SIGMA_1, BOTTOM = 0, 1, 2
 AUTOMATON_VOCAB = ("0", "1", "_")
 D_VOCAB_AUTOMATON = len(AUTOMATON_VOCAB)
@@ -26,11 +29,11 @@ def sample_automaton(
     Each input after the first is bottom with probability ``p_bottom``, else a write of
     a uniform bit. Row ``k`` depends only on the seed and ``k`` (prefix-stable).
     """
-    if not 0.0 <= p_bottom <= 1.0:
-        raise ValueError(f"p_bottom must lie in [0, 1], got {p_bottom}")
-    if seq_len < 1:
+    p_bottom = validate.number("p_bottom", p_bottom, 0, 1)
+    if validate.integer("seq_len", seq_len) < 1:
         raise ValueError(f"seq_len must be >= 1, got {seq_len}")
-    rng = np.random.default_rng(rng)
+    check_draw_size(n, seq_len)
+    rng = np.random.default_rng(validate.seed("rng", rng))
     uniforms = rng.random((n, seq_len, 2))
     is_write = uniforms[..., 0] >= p_bottom
     is_write[:, 0] = True
@@ -43,9 +46,9 @@ def sample_automaton(
 
 def automaton_states(inputs: np.ndarray) -> np.ndarray:
     """The state sequence of given inputs (the transition function applied left to right)."""
-    inputs = np.asarray(inputs)
+    inputs = np.asarray(validate.array("inputs", inputs, "integer", (1, 2, 3), lists=True))
     if inputs[..., 0].max(initial=0) > SIGMA_1:
-        raise ValueError("the first input must be a write (sigma_0 or sigma_1)")
+        raise ValueError("inputs: the first input must be a write (sigma_0 or sigma_1)")
     is_write = inputs != BOTTOM
     last_write = np.maximum.accumulate(np.where(is_write, np.arange(inputs.shape[-1]), 0), axis=-1)
     return np.take_along_axis(inputs, last_write, axis=-1)

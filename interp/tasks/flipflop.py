@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from models import validate
+
 WRITE, READ, IGNORE, ZERO, ONE = 0, 1, 2, 3, 4
 # The most tokens one draw holds (n x seq_len; 256 MiB as uint8, with 768 MiB of temporaries), so
 # that a mistyped size is refused with its limit instead of failing in numpy's allocator. The
@@ -27,8 +29,7 @@ D_VOCAB = len(VOCAB)
 
 def instruction_probs(p_i: float) -> tuple[float, float, float]:
     """(p_w, p_r, p_i) of FFL(p_i): writes and reads share the non-ignore mass equally."""
-    if not 0.0 <= p_i <= 1.0:   # NaN too
-        raise ValueError(f"p_i must lie in [0, 1], got {p_i}")
+    p_i = validate.number("p_i", p_i, 0, 1)
     return ((1.0 - p_i) / 2, (1.0 - p_i) / 2, p_i)
 
 
@@ -47,13 +48,18 @@ def sample_ffl(
     depends only on the seed and ``k``: the first ``m`` sequences of a seed are the
     same whatever ``n >= m`` is asked for (``-n`` takes a prefix of a canonical split).
     """
-    if seq_len < 4 or seq_len % 2:
+    if validate.integer("seq_len", seq_len) < 4 or seq_len % 2:
         raise ValueError(f"seq_len must be an even number >= 4, got {seq_len}")
     check_draw_size(n, seq_len)
-    probabilities = np.asarray(p_i, dtype=np.float64)
-    if not np.all((probabilities >= 0) & (probabilities <= 1)):   # NaN fails both comparisons
+    if validate.is_array(p_i) or isinstance(p_i, (list, tuple)):
+        probabilities = np.asarray(validate.array("p_i", p_i, "real", (0, 1), lists=True, empty=True), np.float64)
+        if probabilities.ndim and probabilities.shape != (n,):
+            raise ValueError(f"p_i must be one number or one per sequence, [{n}], got shape {probabilities.shape}")
+    else:
+        probabilities = np.float64(validate.number("p_i", p_i))
+    if not np.all((probabilities >= 0) & (probabilities <= 1)):
         raise ValueError(f"p_i must lie in [0, 1], got {p_i}")
-    rng = np.random.default_rng(rng)
+    rng = np.random.default_rng(validate.seed("rng", rng))
     pairs = seq_len // 2
     p_w = ((1.0 - np.broadcast_to(probabilities, (n,))) / 2)[:, None]
 
@@ -80,10 +86,12 @@ def sample_ffl(
 
 
 def check_draw_size(n: int, seq_len: int, what: str = "sequences") -> None:
-    """Refuse ``n`` sequences of ``seq_len`` tokens when they exceed :data:`MAX_TOKENS`."""
+    """Refuse ``n`` sequences of ``seq_len`` tokens when they exceed :data:`MAX_TOKENS` (or when
+    either is not an integer >= 0)."""
+    n, seq_len, what = validate.integer("n", n, 0), validate.integer("seq_len", seq_len, 0), validate.text("what", what)
     if n * seq_len > MAX_TOKENS:
         raise ValueError(f"{n:,} {what} of {seq_len:,} tokens are {n * seq_len:,} tokens, more than the "
-                         f"{MAX_TOKENS:,} (interp.tasks.MAX_TOKENS) one draw holds: ask for fewer or shorter ones")
+                         f"{MAX_TOKENS:,} (interp.tasks.MAX_TOKENS) one draw holds: ask for fewer or shorter ones (n, seq_len)")
 
 
 def sample_mixture(
@@ -93,7 +101,9 @@ def sample_mixture(
     rng: np.random.Generator | int | None = None,
 ) -> np.ndarray:
     """The long-tailed training mixture (App. B.3): each sequence picks its p_i uniformly."""
-    rng = np.random.default_rng(rng)
+    p_is = validate.reals("p_is", p_is, 0)
+    check_draw_size(n, validate.integer("seq_len", seq_len))
+    rng = np.random.default_rng(validate.seed("rng", rng))
     choice = rng.integers(0, len(p_is), size=n)
     return sample_ffl(n, seq_len, np.asarray(p_is)[choice], rng)
 
@@ -120,10 +130,10 @@ CANONICAL_SEQ_LEN = 512
 
 def load_split(name: str, n: int | None = None, seq_len: int = CANONICAL_SEQ_LEN) -> np.ndarray:
     """The first ``n`` sequences (default: all) of a canonical evaluation split."""
-    if name not in SPLITS:
+    if validate.text("name", name) not in SPLITS:
         raise ValueError(f"unknown split {name!r}; choose one of {', '.join(SPLITS)}")
     split = SPLITS[name]
-    n = split.size if n is None else n
+    n = split.size if n is None else validate.integer("n", n)
     if not 0 < n <= split.size:
         raise ValueError(f"split {name!r} has {split.size} sequences; asked for n={n}")
     return sample_ffl(n, seq_len, split.p_i, split.seed)
@@ -145,17 +155,24 @@ def train_batch(
 ) -> np.ndarray:
     """The fresh training batch of ``step``: a pure function of (seed, step), so resuming
     a run at any step sees exactly the data an uninterrupted run would have seen."""
+    step, seed = validate.integer("step", step, 0), validate.integer("seed", seed, 0)
     rng = np.random.default_rng([seed, step])
-    if mixture:
+    if validate.flag("mixture", mixture):
         return sample_mixture(batch_size, seq_len, rng=rng)
     return sample_ffl(batch_size, seq_len, TRAIN_P_I, rng)
 
 
 def read_mask(tokens: np.ndarray) -> np.ndarray:
     """True at each ``r`` instruction: the positions whose next token is scored."""
+    tokens = token_ids(tokens)
     mask = np.zeros(tokens.shape, dtype=bool)
     mask[..., 0::2] = tokens[..., 0::2] == READ
     return mask
+
+
+def token_ids(tokens) -> np.ndarray:
+    """``tokens``, integer ids ``[..., T]`` (an array, a tensor or a list), or a one-line error."""
+    return validate.array("tokens", tokens, "integer", (1, 2, 3), lists=True, empty=True)
 
 
 def count_reads(tokens: np.ndarray) -> int:
@@ -165,6 +182,7 @@ def count_reads(tokens: np.ndarray) -> int:
 def last_write_positions(tokens: np.ndarray) -> np.ndarray:
     """For every position t, the token index of the most recent ``w`` at or before t
     (``-1`` before the first write). Shape as ``tokens``."""
+    tokens = token_ids(tokens)
     pos = np.arange(tokens.shape[-1])
     is_write = (tokens == WRITE) & (pos % 2 == 0)
     idx = np.where(is_write, pos, -1)

@@ -25,6 +25,7 @@ from importlib.metadata import entry_points
 import numpy as np
 
 from interp.tasks.task import Task
+from models import validate
 
 ENTRY_POINT_GROUP = "glitchlens.tasks"
 ENVIRONMENT_VARIABLE = "GLITCHLENS_TASKS"
@@ -60,7 +61,7 @@ def register_task(task: Task) -> Task:
     if isinstance(task, type):
         raise ValueError(f"register an instance of {task.__name__}, e.g. register_task({task.__name__}())")
     if not isinstance(task, Task):
-        raise ValueError(f"{task!r} is not an interp.tasks.Task ({GUIDE})")
+        raise ValueError(f"task {validate.shown(task)} is not an interp.tasks.Task ({GUIDE})")
     if not isinstance(task.name, str) or not NAME.fullmatch(task.name):
         raise ValueError(f"task name {task.name!r}: use lower-case letters, digits, - and _, starting with a letter")
     if not task.vocab or len(set(task.vocab)) != len(task.vocab) or len(task.vocab) > 256:
@@ -109,6 +110,7 @@ def resolve(name_or_spec: str) -> str:
 def get_task(name: str) -> Task:
     """The task registered as ``name``, registering it first from an entry point of that name or
     from ``GLITCHLENS_TASKS``; a one-line error naming the known tasks otherwise."""
+    validate.text("name", name)
     _load_builtins()
     if name in _TASKS:
         return _TASKS[name]

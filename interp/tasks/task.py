@@ -38,9 +38,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, update_wrapper
 
 import numpy as np
+
+from interp.tasks.flipflop import check_draw_size
+from models import validate
 
 # The seed stream of a task's fixed training pool: the pool of run seed s is default_rng([s, TRAIN_POOL_STREAM]).
 TRAIN_POOL_STREAM = 7_919
@@ -75,6 +78,14 @@ class Task:
     # token id -> role, for the heatmaps' colours (a role of interp.plots.layout.TASK_ROLE_COLOR)
     roles: Mapping[int, str] = {}
     probe_label: str = ""                 # what probe_labels gives, in words ("the current bit")
+
+    def __init_subclass__(cls, **kwargs):
+        """Every task's ``sample`` checks its caller's ``n``, ``seq_len`` and ``rng`` before the
+        task's own code sees them, so that a task of one's own refuses ``sample(-2, 64, 0)`` in one
+        line naming ``n`` as the built-in ones do."""
+        super().__init_subclass__(**kwargs)
+        if "sample" in cls.__dict__:
+            cls.sample = _checked_sample(cls.__dict__["sample"])
 
     @property
     def d_vocab(self) -> int:
@@ -153,7 +164,9 @@ class Task:
         """The training batch of ``step``, a pure function of ``(seed, step)``: fresh draws from
         ``default_rng([seed, step])``, or with ``train_size`` the rows of a fixed pool, in a new
         order every pass over it."""
-        seq_len = seq_len or self.seq_len
+        batch_size, step = validate.integer("batch_size", batch_size, 1), validate.integer("step", step, 0)
+        seed = validate.integer("seed", seed, 0)
+        seq_len = self.seq_len if seq_len is None else validate.integer("seq_len", seq_len, 1)
         if self.train_size is None:
             return self.sample(batch_size, seq_len, [seed, step], **self.train_params)
         pool = _train_pool(self, seed, seq_len)
@@ -164,16 +177,30 @@ class Task:
 
     def load_split(self, name: str, n: int | None = None) -> np.ndarray:
         """The first ``n`` sequences (default: all) of the canonical split ``name``."""
-        if name not in self.splits:
+        if validate.text("name", name) not in self.splits:
             raise ValueError(f"task {self.name!r} has no split {name!r}; choose one of {', '.join(self.splits)}")
         split = self.splits[name]
-        n = split.size if n is None else n
+        n = split.size if n is None else validate.integer("n", n)
         if not 0 < n <= split.size:
             raise ValueError(f"split {name!r} of task {self.name!r} has {split.size} sequences; asked for n={n}")
         return self.sample(n, split.seq_len, split.seed, **split.params)
 
     def format(self, tokens) -> str:
         return " ".join(self.labels(tokens))
+
+
+def _checked_sample(sample):
+    """``sample`` with its arguments checked: ``n`` and ``seq_len`` integers (``n`` >= 0, ``seq_len``
+    >= 1, not more tokens than one draw holds), ``rng`` a seed."""
+    def checked(self, n, seq_len, rng, **params):
+        check_draw_size(n, seq_len)
+        if validate.integer("seq_len", seq_len) < 1:
+            raise ValueError(f"seq_len must be an integer >= 1, got {seq_len}")
+        return sample(self, n, seq_len, validate.seed("rng", rng), **params)
+
+    update_wrapper(checked, sample)
+    del checked.__wrapped__   # the signature shown is the task's own; the checks are not to be bypassed
+    return checked
 
 
 @lru_cache(maxsize=4)

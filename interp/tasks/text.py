@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from interp.tasks.flipflop import D_VOCAB, IGNORE, READ, VOCAB, WRITE, ZERO
+from models import validate as checks   # not to be confused with validate() below
 
 _TOKEN_OF = {symbol: idx for idx, symbol in enumerate(VOCAB)}
 _NOT_A_TOKEN = 255
@@ -54,6 +55,9 @@ class FlipFlopFormatError(ValueError):
 
 def format_sequence(tokens) -> str:
     """Token ids -> text, e.g. ``[0, 4, 1, 4] -> 'w1r1'``."""
+    tokens = np.asarray(checks.array("tokens", tokens, "integer", 1, lists=True, empty=True))
+    if ((tokens < 0) | (tokens >= D_VOCAB)).any():
+        raise ValueError(f"tokens: ids must lie in 0..{D_VOCAB - 1} ({' '.join(VOCAB)}), got {tokens.tolist()[:8]}")
     return "".join(VOCAB[int(t)] for t in tokens)
 
 
@@ -66,7 +70,7 @@ def check_tokens(tokens: np.ndarray) -> None:
     every read bit equals the bit of the most recent write. Checked in blocks of rows, so
     that the temporaries of the 10^5-sequence sparse split stay small.
     """
-    n, length = tokens.shape
+    n, length = checks.array("tokens", tokens, "integer", 2, empty=True).shape
     length_ok = length >= 2 and length % 2 == 0
     for lo in range(0, n, _BLOCK_ROWS):
         _check_block(tokens[lo:lo + _BLOCK_ROWS], lo, length_ok)
@@ -121,6 +125,7 @@ def validate(text: str) -> None:
 
 def parse_sequence(text: str) -> np.ndarray:
     """Validated text -> ``uint8`` token ids."""
+    checks.text("text", text)
     try:
         return parse_sequences([text])[0]
     except FlipFlopFormatError as err:  # one string: no sequence index to name
@@ -129,6 +134,8 @@ def parse_sequence(text: str) -> np.ndarray:
 
 def parse_sequences(texts: list[str]) -> np.ndarray:
     """Validated texts of one common length -> ``uint8 [n, T]``; errors name the sequence."""
+    if isinstance(texts, str) or not isinstance(texts, (list, tuple)):
+        raise TypeError(f"texts must be a list of strings (parse_sequence reads one), got {checks.shown(texts)}")
     if not texts:
         raise ValueError("no sequences to parse")
     for idx, text in enumerate(texts):
