@@ -156,8 +156,10 @@ def bench_kernels(out: str | Path | None = None, budget_s: float = float("inf"),
 
     done = _bench_rows(out) if out and os.path.lexists(out) else []
     rows, start = list(done), time.perf_counter()
+    inputs = "random" if measure else None
     todo = [(n_pos, name) for n_pos in seq_lens or SEQ_LENS for name in KERNELS
-            if not any(r["kernel"] == name and r["T"] == n_pos for r in done)]
+            if not any(r["kernel"] == name and r["T"] == n_pos
+                       and r.get("inputs", "random") == (inputs or _inputs_of(name, options)) for r in done)]
     for i, (n_pos, name) in enumerate(todo):
         new = measure(name, n_pos, **options) if measure else bench_kernel(name, n_pos, kernel_references(), **options)
         rows += new
@@ -169,6 +171,40 @@ def bench_kernels(out: str | Path | None = None, budget_s: float = float("inf"),
         if elapsed > budget_s and left:
             return rows, False
     return rows, True
+
+
+def _inputs_of(name: str, options: dict) -> str:
+    """The ``inputs`` a :func:`kernels.bench.bench_kernel` row of ``name`` gets under ``options``."""
+    trained = options.get("trained") or {}
+    return trained[name][0] if name in trained else "random"
+
+
+# The checkpoints whose inputs stand for each kernel's trained sparsity (``bench kernels --inputs trained``):
+# the specimen of its mechanism, and for trela TDA's beta = 1 specimen, whose first view is a trained
+# single-view threshold map at the paper's beta (trela-mech learned beta 0.13, where little is cut).
+SPARSITY_SOURCES = {"tra": "tra-mech", "fot": "fot-mech", "trela": "tda-beta1", "tda": "tda-beta1"}
+
+
+def trained_kernel_inputs(n: int = 4, seq_len: int = 512, device: str = "cpu",
+                          kernels: tuple[str, ...] = tuple(SPARSITY_SOURCES)) -> dict[str, tuple[str, tuple, dict]]:
+    """``{kernel: (source, args, kwargs)}``: the arguments each kernel gets from its
+    :data:`SPARSITY_SOURCES` checkpoint's last layer on ``n`` sequences of its own task (T =
+    ``seq_len``) for each of ``kernels``, in :func:`kernels.bench.random_inputs`' order, for
+    :func:`kernels.bench.bench_kernel`'s ``trained``; trela takes TDA's first view (q1, k1, v,
+    beta). The specimen's heads and head dim are kept (its scores are what it learned)."""
+    from interp.tasks import get_task
+    from models import load_pretrained
+
+    trained = {}
+    for name in kernels:
+        source = SPARSITY_SOURCES[name]
+        model = load_pretrained(source, device)
+        tokens = get_task(getattr(model, "trained_task", None) or "flipflop").load_split("iid", n)[:, :seq_len]
+        _, args, kwargs = captured_kernel_calls(model, tokens, CAPTURED_KERNELS)[-1]
+        scalars = [kwargs.pop(key) for key in ("beta", "lam") if key in kwargs]   # positional, as random_inputs
+        args = (args[0], args[1], args[4], scalars[0]) if name == "trela" else (*args, *scalars)
+        trained[name] = (f"trained:{source}", args, kwargs)
+    return trained
 
 
 def _bench_rows(out: str | Path) -> list[dict]:
@@ -243,14 +279,18 @@ SKIPPING_KERNELS = {"tra": ("kernels.tra.triton", "tra_attention"),
                     "tda": ("kernels.threshold.triton", "differential_threshold_attention")}
 
 
-def captured_kernel_calls(model, tokens: np.ndarray) -> list[tuple[str, tuple, dict]]:
-    """``(kernel, args, kwargs)`` of every call the model makes to a Triton kernel of
-    :data:`SKIPPING_KERNELS` on ``tokens``, layer 0 first, run with ``attention_impl="triton"``
-    (on CUDA, or on the CPU under ``TRITON_INTERPRET=1``) and without gradients."""
+# Every Triton kernel a model calls, by the module and name it calls it through.
+CAPTURED_KERNELS = {**SKIPPING_KERNELS, "fot": ("kernels.forgetting.triton", "forgetting_attention")}
+
+
+def captured_kernel_calls(model, tokens: np.ndarray, kernels: dict = SKIPPING_KERNELS) -> list[tuple[str, tuple, dict]]:
+    """``(kernel, args, kwargs)`` of every call the model makes to a Triton kernel of ``kernels``
+    on ``tokens``, layer 0 first, run with ``attention_impl="triton"`` (on CUDA, or on the CPU
+    under ``TRITON_INTERPRET=1``) and without gradients."""
     import importlib
 
     calls, patched = [], []
-    for name, (module_name, function) in SKIPPING_KERNELS.items():
+    for name, (module_name, function) in kernels.items():
         module = importlib.import_module(module_name)
         original = getattr(module, function)
 
@@ -483,9 +523,16 @@ def run(what: str, args) -> int:
         where = torch.cuda.get_device_name() if device.type == "cuda" else "the CPU under Triton's interpreter"
         d_head, dtype = args.d_head or 64, args.dtype or "bfloat16"
         measure = functools.partial(bench_tile_configs, configs=args.tile_configs) if args.tile_configs else None
-        rows, complete = bench_kernels(args.out, args.budget_s, args.seq_lens, measure, tokens=args.tokens,
-                                       d_head=d_head, dtype=getattr(torch, dtype), repeats=args.repeats,
-                                       device=device)
+        kinds = {"random": [False], "trained": [True], "both": [False, True]}[args.inputs]
+        rows, complete, start = [], True, time.perf_counter()
+        for trained in kinds:
+            options = {"trained": trained_kernel_inputs(device=device.type)} if trained and not measure else {}
+            new, complete = bench_kernels(args.out, args.budget_s - (time.perf_counter() - start), args.seq_lens,
+                                          measure, tokens=args.tokens, d_head=d_head, dtype=getattr(torch, dtype),
+                                          repeats=args.repeats, device=device, **options)
+            rows = new if args.out else rows + new   # with --out, each call returns the file's rows too
+            if not complete:
+                break
         _print_rows(rows, f"kernels on {where}, {dtype}, causal, head dim {d_head}, {args.tokens} tokens per batch")
         if args.tile_configs:
             _print_rows(best_tiles(rows), "fastest tiles (best_pair: the fastest forward's time plus the fastest "

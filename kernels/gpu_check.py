@@ -76,19 +76,21 @@ def missing_modules() -> list[str]:
     return missing
 
 
-def test_command(workers: int = 8) -> list[str]:
+def test_command(workers: int = 8, files=TEST_FILES) -> list[str]:
     """The kernel tests on the device (the ``device`` fixture is CUDA where present), the slow
     sweeps included (fast on a GPU)."""
     return [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-n", str(workers),
-            *TEST_FILES]
+            *files]
 
 
 def bench_command(out: Path, seq_lens=SEQ_LENS, budget_s: float = BENCH_BUDGET_S,
-                  tile_configs: tuple[str, ...] = ()) -> list[str]:
+                  tile_configs: tuple[str, ...] = (), inputs: str = "both") -> list[str]:
     """``glitchlens bench kernels`` with as many tokens a batch as the longest T, so that every T
-    holds the same tokens (batch = tokens / T) and the peak memory can be compared across T; with
-    ``tile_configs``, the tile sweep (5 repeats, to fit its budget)."""
-    tiles = ["--tile-configs", ",".join(tile_configs), "--repeats", "5"] if tile_configs else ["--repeats", "10"]
+    holds the same tokens (batch = tokens / T) and the peak memory can be compared across T, on
+    ``inputs`` (random, a trained specimen's, or both); with ``tile_configs``, the tile sweep (5
+    repeats, to fit its budget, on random inputs)."""
+    tiles = (["--tile-configs", ",".join(tile_configs), "--repeats", "5"] if tile_configs
+             else ["--repeats", "10", "--inputs", inputs])
     return [sys.executable, "-m", "interp.cli", "bench", "kernels", *tiles, "--budget-s", str(budget_s),
             "--tokens", str(max(SEQ_LENS)), "--seq-lens", *map(str, seq_lens), "--out", str(out)]
 
@@ -101,6 +103,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-tests", action="store_true", help="only the benchmark (e.g. when resuming it)")
     parser.add_argument("--skip-tiles", action="store_true", help="no tile sweep")
     parser.add_argument("--seq-lens", type=int, nargs="+", default=list(SEQ_LENS))
+    parser.add_argument("--inputs", choices=["random", "trained", "both"], default="both",
+                        help="the benchmark's inputs: random, each kernel's trained specimen's, or both (default)")
+    parser.add_argument("--bench-budget-s", type=float, default=BENCH_BUDGET_S,
+                        help=f"start no benchmark pair after this many seconds (default {BENCH_BUDGET_S})")
+    parser.add_argument("--test-files", nargs="+", default=list(TEST_FILES), help="the kernel tests to run")
     args = parser.parse_args(argv)
     if args.out is not None and args.out.suffix != ".csv":
         parser.error(f"--out must name a .csv file, got {args.out}")
@@ -128,11 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     tests_ok = True
     if not args.skip_tests:
         try:
-            tests_ok = subprocess.run(test_command(), env=env, timeout=TEST_BUDGET_S).returncode == 0
+            tests_ok = subprocess.run(test_command(files=args.test_files), env=env,
+                                      timeout=TEST_BUDGET_S).returncode == 0
         except subprocess.TimeoutExpired:
             print(f"the kernel tests ran past {TEST_BUDGET_S} s and were stopped", flush=True)
             tests_ok = False
-    complete = run_bench(bench_command(out, args.seq_lens), env)
+    complete = run_bench(bench_command(out, args.seq_lens, args.bench_budget_s, inputs=args.inputs), env)
     if not complete:
         print(f"to go on: python3 -m kernels.gpu_check --skip-tests --out {out}")
     tiles_note = "skipped"

@@ -37,17 +37,73 @@ def test_zero_tile_fraction_hand_checked():
 
 
 def test_kernel_goals():
-    def row(kernel, T, peak, vs_sdpa):
-        return {"kernel": kernel, "T": T, "impl": "triton", "peak_mib": peak, "fwd_bwd_vs_sdpa": vs_sdpa}
+    def row(kernel, T, peak, vs_sdpa, inputs="random"):
+        return {"kernel": kernel, "T": T, "impl": "triton", "peak_mib": peak, "fwd_bwd_vs_sdpa": vs_sdpa,
+                "inputs": inputs}
 
+    trained = "trained:tda-beta1"
     rows = [row("tra", 512, 10.0, 3.0), row("tra", 4096, 11.0, 2.0), row("tra", 8192, 12.0, 1.4),
-            row("tda", 512, 10.0, 2.0), row("tda", 16384, 20.0, 1.5), {"kernel": "tra", "T": 512, "impl": "sdpa_flash"}]
-    goals = {(g["kernel"], g["goal"].split(",")[0].split(" /")[0]): (g["worst"], g["met"])
+            row("tda", 512, 10.0, 2.0), row("tda", 16384, 20.0, 0.8), row("trela", 16384, 10.0, 0.95, trained),
+            row("tda", 16384, 10.0, 0.99, trained), {"kernel": "tra", "T": 512, "impl": "sdpa_flash"}]
+    goals = {(g["kernel"], g["inputs"], g["goal"].split(",")[0].split(" /")[0]): (g["worst"], g["met"])
              for g in bench.kernel_goals(rows)}
-    assert goals == {("tra", "peak memory"): (1.2, True), ("tra", "fwd+bwd"): (1.4, True),
-                     ("tda", "peak memory"): (2.0, False), ("tda", "fwd+bwd"): (1.5, False)}
+    assert goals == {("tra", "random", "peak memory"): (1.2, True), ("tra", "random", "fwd+bwd"): (1.4, True),
+                     ("tda", "random", "peak memory"): (2.0, False),
+                     ("trela", trained, "peak memory"): (1.0, True), ("trela", trained, "fwd+bwd"): (0.95, False),
+                     ("tda", trained, "peak memory"): (1.0, True), ("tda", trained, "fwd+bwd"): (0.99, True)}, \
+        "trela's limit is 0.9 and TDA's 1.0 of SDPA, on trained inputs only: random ones set no speed goal for them"
     no_memory = bench.kernel_goals([row("fot", 512, float("nan"), 3.0)])
     assert [g["met"] for g in no_memory] == [None, None], "off CUDA, or below T = 4096, nothing is decided"
+
+
+def test_sampled_zero_tile_fraction_hand_checked():
+    """trela on 128 positions in tiles of 64 (3 visible tile pairs per head): q = k = e_0 up to
+    position 63 and e_1 after, so the scores are 1 within each half and 0 across. With beta 0.5
+    (tau_i <= 0.5 sqrt(2 log 128 / 64) < 1) the cross tile (query tile 1, key tile 0) is the only
+    zero one; with beta 4, tau_i > 1 from i = 7 on (log 8 > 2), so only the first rows of the
+    first diagonal tile keep survivors."""
+    q = torch.zeros(1, 128, 1, 64)
+    q[0, :64, 0, 0], q[0, 64:, 0, 1] = 1.0, 1.0
+    v = torch.randn(1, 128, 1, 64)
+    small, large = torch.tensor(0.5), torch.tensor(4.0)
+    assert bench.sampled_zero_tile_fraction("trela", [q, q, v, small]) == pytest.approx(1 / 3)
+    assert bench.sampled_zero_tile_fraction("trela", [q, q, v, large]) == pytest.approx(2 / 3)
+    assert bench.sampled_zero_tile_fraction("tra", [q, q, v, torch.zeros(1, 1, 128)]) == pytest.approx(1 / 3)
+    assert bench.sampled_zero_tile_fraction("fot", [q, q, v, torch.zeros(1, 1, 128)]) == 0.0
+
+
+def test_tiled_inputs_repeat_the_captured_sequences():
+    q, gate, beta = torch.arange(2 * 3 * 1 * 2.0).reshape(2, 3, 1, 2), torch.arange(6.0).reshape(2, 1, 3), torch.ones(())
+    tiled_q, tiled_gate, tiled_beta = bench.tiled_inputs([q, gate, beta], n_pos=7, batch=3, dtype=torch.float64,
+                                                         device="cpu")
+    assert tiled_q.shape == (3, 7, 1, 2) and tiled_q.dtype == torch.float64 and tiled_q.requires_grad
+    assert torch.equal(tiled_q[2, 4], q[0, 1].double()), "sequence 2 is sequence 0 again, position 4 is position 1"
+    assert tiled_gate.shape == (3, 1, 7) and tiled_gate.dtype == torch.float32
+    assert torch.equal(tiled_gate[1, 0, 6], gate[1, 0, 0])
+    assert tiled_beta.shape == () and tiled_beta.requires_grad
+
+
+@pytest.mark.integration
+def test_bench_kernel_on_a_trained_models_inputs(device):
+    """Each kernel's inputs captured from its specimen (``interp.bench.SPARSITY_SOURCES``) and
+    stretched to the benchmark's T: the rows name their source and give the fraction of empty
+    tiles: the TDA specimen's last layer at beta = 1 on its own 512 positions leaves 62.5% of its
+    64 x 64 tiles empty (as ``glitchlens bench tiles`` counts them on the full map), 1024
+    stretched positions at least that many; FoT's softmax leaves none."""
+    from interp.bench import SPARSITY_SOURCES, trained_kernel_inputs
+
+    trained = trained_kernel_inputs(n=1, seq_len=512, device=device.type, kernels=("tda", "fot"))
+    assert set(trained) == {"tda", "fot"} and set(SPARSITY_SOURCES) == {"tra", "fot", "trela", "tda"}
+    dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+    for name in ("tda", "fot"):
+        rows = bench.bench_kernel(name, 64, tokens=64, repeats=1, device=device, trained=trained, dtype=dtype)
+        assert {r["inputs"] for r in rows} == {f"trained:{SPARSITY_SOURCES[name]}"}
+        assert {r["impl"] for r in rows} == {"triton", "sdpa_flash"}
+    _, args, kwargs = trained["tda"]
+    assert bench.sampled_zero_tile_fraction("tda", list(args), kappa=kwargs["kappa"]) == pytest.approx(0.625)
+    long = bench.tiled_inputs(args, 1024, 1, dtype, device)
+    assert bench.sampled_zero_tile_fraction("tda", long, kappa=kwargs["kappa"]) >= 0.625
+    assert bench.sampled_zero_tile_fraction("fot", bench.tiled_inputs(trained["fot"][1], 1024, 1, dtype, device)) == 0
 
 
 @pytest.mark.integration
@@ -129,6 +185,7 @@ def test_gpu_check_names_the_card_and_never_writes_over_a_file(tmp_path, capsys)
     assert command[1:5] == ["-m", "interp.cli", "bench", "kernels"]
     assert command[command.index("--seq-lens") + 1:command.index("--out")] == ["4096", "8192", "16384", "32768"]
     assert command[command.index("--tokens") + 1] == "32768", "every T holds the same tokens"
+    assert command[command.index("--inputs") + 1] == "both", "random and trained-sparsity inputs, in one run"
     assert all(path.startswith("tests/") and path.endswith(".py") for path in gpu_check.TEST_FILES)
     sweep = gpu_check.bench_command(tmp_path / "t.csv", gpu_check.TILE_SEQ_LENS, 60, gpu_check.TILE_CONFIGS)
     assert sweep[sweep.index("--tile-configs") + 1] == ",".join(gpu_check.TILE_CONFIGS)

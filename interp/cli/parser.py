@@ -409,6 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "for the forward and for the backward")
     p.add_argument("--budget-s", type=float, default=float("inf"),
                    help="bench kernels: start no new (kernel, T) pair after this many seconds (resume with --out)")
+    p.add_argument("--inputs", choices=["random", "trained", "both"], default="random",
+                   help="bench kernels: random inputs, or each kernel's inputs from a trained specimen stretched to "
+                        "each T (interp.bench.SPARSITY_SOURCES), or both; each row gives its zero-tile fraction")
     p.add_argument("--seq-lens", type=positive_int, nargs="+", default=None,
                    help="bench kernels: sequence lengths T (default: 512 ... 16384)")
     p.add_argument("--tokens", type=positive_int, default=16384,
