@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 from interp import claims
-from interp.claims import measure, sources
+from interp.claims import measure, sources, stats
 from interp.claims.cope import task_comparison_evidence
 from interp.claims.tra import table1_evidence
-from interp.claims.verdicts import Evidence, paper_range, verdict
+from interp.claims.verdicts import PAPER_FILES, Evidence, paper_range, verdict
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +40,46 @@ def test_the_verdict_rule():
     assert 0.999 < low < 1 and high == 1
 
 
+# Each statistical rule of interp.claims.stats on synthetic seeds: where it must hold, where the
+# opposite must be significant, and where neither may be claimed.
+def test_the_rank_test_over_seeds_decides_both_ways_and_neither():
+    below = stats.rank_test([0.0, 0.01, 0.02, 0.0, 0.01], [0.3, 0.4, 0.5, 0.35, 0.45])
+    assert below.p == pytest.approx(1 / 252) and stats.decide(below) == (True, False)
+    above = stats.rank_test([0.6, 0.7, 0.8], [0.3, 0.4, 0.5])
+    assert above.p_opposite == pytest.approx(0.05) and stats.decide(above) == (False, True)
+    mixed = stats.rank_test([0.0, 0.35, 0.0], [0.3, 0.4, 0.5])      # one seed inside the rival's
+    assert stats.decide(mixed) == (False, False)
+    # ties count half: three seeds at 0 against three at 0 can show nothing
+    assert stats.decide(stats.rank_test([0, 0, 0], [0, 0, 0])) == (False, False)
+    # 3 against 1 seeds can never reach 0.05, so no verdict can be drawn from them
+    assert stats.smallest_p(3, 1) == 0.25 and stats.smallest_p(3, 0) == 1
+
+
+def test_the_paired_and_one_sample_t_tests_decide_both_ways():
+    down = stats.paired_t_test([0.10, 0.20, 0.30], [0.01, 0.03, 0.02])
+    assert stats.decide(down) == (True, False)
+    up = stats.paired_t_test([0.01, 0.03, 0.02], [0.10, 0.20, 0.30])
+    assert stats.decide(up) == (False, True)
+    noisy = stats.paired_t_test([0.1, 0.2, 0.3], [0.2, 0.1, 0.31])
+    assert stats.decide(noisy) == (False, False)
+    assert stats.decide(stats.one_sample_t_test([0.1, 0.2, 0.15], 0.5)) == (True, False)
+    assert stats.decide(stats.one_sample_t_test([1.0, 1.0, 1.0], 0.976)) == (False, True)   # no spread, above
+    assert stats.decide(stats.one_sample_t_test([0.4, 0.6, 0.5], 0.5)) == (False, False)
+
+
+def test_the_all_seeds_rule_the_sign_test_and_the_exact_share():
+    assert stats.every_seed([True, True, True]) and not stats.every_seed([True, False, True])
+    assert not stats.every_seed([])                               # no seed shows nothing
+    assert stats.decide(stats.sign_test(5, 5)) == (True, False)   # p = 1/32
+    assert stats.decide(stats.sign_test(3, 3)) == (False, False)  # p = 1/8: three runs cannot contradict
+    assert stats.decide(stats.sign_test(0, 6)) == (False, True)
+    low, high = stats.share_interval(0, 3)
+    assert low == 0 and high == pytest.approx(0.7076, abs=1e-4)   # Clopper-Pearson, 0 of 3
+    low, high = stats.seed_interval([1.0, 2.0, 3.0])
+    assert (low, high) == pytest.approx((2 - 2.4841, 2 + 2.4841), abs=1e-3)
+    assert stats.seed_interval([0.5]) == (-float("inf"), float("inf"))   # one seed: no interval
+
+
 def table1_result(sparse: float, held_out: float = 1.0) -> dict:
     splits = {name: {"sequences": n, "sequence_accuracy": 1.0, "read_errors": 0, "reads": 10 * n}
               for name, n in (("iid", 1000), ("dense", 3000), ("sparse", 10_000))}
@@ -47,16 +87,20 @@ def table1_result(sparse: float, held_out: float = 1.0) -> dict:
     return {"scale": {"steps": 1000}, "held_out": {"sequence_accuracy": held_out}, "splits": splits}
 
 
-@pytest.mark.parametrize(("sparse", "held_out", "expected"), [
-    (0.93, 1.0, "reproduced"),          # FoT glitching as the paper's (93.4 +- 4.2)
-    (0.99, 1.0, "qualitatively"),       # glitching less than the paper's is not agreement
-    (1.0, 1.0, "contradicted"),         # not glitching at all is the opposite
-    (0.93, 0.5, "not reproduced"),      # a run that did not learn says nothing
+@pytest.mark.parametrize(("sparse", "held_out", "seeds", "expected"), [
+    ((0.93, 0.92, 0.95), 1.0, 3, "reproduced"),        # FoT glitching as the paper's (93.4 +- 4.2) on every seed
+    ((0.99, 0.995, 0.99), 1.0, 3, "qualitatively"),    # glitching less than the paper's is not agreement
+    ((0.93, 1.0, 0.95), 1.0, 3, "not reproduced"),     # one seed without a glitch: the all-seeds rule fails
+    ((1.0, 1.0, 1.0), 1.0, 3, "contradicted"),         # no seed glitches, above the paper's range: the opposite
+    ((0.93, 0.93, 0.93), 0.5, 3, "not reproduced"),    # runs that did not learn say nothing
+    ((0.93,), 1.0, 1, "not reproduced"),               # one seed has no spread over seeds
 ])
-def test_a_failure_claim_is_reproduced_only_by_a_failure_of_its_size(monkeypatch, sparse, held_out, expected):
+def test_a_table1_row_is_judged_over_seeds(monkeypatch, sparse, held_out, seeds, expected):
     monkeypatch.setattr(sources, "has_result", lambda sweep, name: True)
-    monkeypatch.setattr(sources, "result", lambda sweep, name: table1_result(sparse, held_out))
-    assert verdict(table1_evidence("fot", "sweep", ["fot-seed0"])) == expected
+    monkeypatch.setattr(sources, "result", lambda sweep, name: table1_result(sparse[int(name[-1])], held_out))
+    found = table1_evidence("fot", "sweep", [f"fot-seed{seed}" for seed in range(seeds)])
+    assert verdict(found) == expected, found
+    assert f"{seeds} seed" in found.n
 
 
 def cope_task_result(errors: dict[str, float]) -> dict:
@@ -65,30 +109,48 @@ def cope_task_result(errors: dict[str, float]) -> dict:
 
 
 @pytest.mark.parametrize(("cope", "rival", "finished", "expected"), [
-    ((0.0, 0.0, 0.0), (0.3, 0.4, 0.5), True, "reproduced"),          # every CoPE seed below, at the paper's 0
-    ((0.05, 0.02, 0.03), (0.3, 0.4, 0.5), True, "qualitatively"),    # below, but not the paper's 0
-    ((0.0, 0.35, 0.0), (0.3, 0.4, 0.5), True, "not reproduced"),     # one CoPE seed inside the rival's
-    ((0.6, 0.7, 0.8), (0.3, 0.4, 0.5), True, "contradicted"),        # the rival below on every seed
-    ((0.0, 0.0, 0.0), (0.3, 0.4, 0.5), False, "not reproduced"),     # a run missing: no verdict drawn
+    ((0.0,) * 5, (0.3, 0.4, 0.5, 0.35, 0.45), 5, "reproduced"),              # below at p = 1/252, at the paper's 0
+    ((0.05, 0.02, 0.03, 0.04, 0.01), (0.3, 0.4, 0.5, 0.35, 0.45), 5, "qualitatively"),   # below, not the paper's 0
+    ((0.0, 0.35, 0.0, 0.5, 0.0), (0.3, 0.4, 0.5, 0.35, 0.45), 5, "not reproduced"),    # two seeds inside the rival's
+    ((0.6, 0.7, 0.8, 0.65, 0.75), (0.3, 0.4, 0.5, 0.35, 0.45), 5, "contradicted"),     # the rival below, p = 1/252
+    ((0.0,) * 5, (0.3, 0.4, 0.5, 0.35, 0.45), 4, "reproduced"),              # 5 against 4 seeds still decide
+    ((0.0,) * 5, (0.3, 0.4, 0.5, 0.35, 0.45), 0, "not reproduced"),          # no rival run: no verdict drawn
 ])
-def test_cope_task_claims_rank_every_seed(monkeypatch, cope, rival, finished, expected):
-    rates = {"cope": cope, "rel": rival}
-    monkeypatch.setattr(sources, "has_result", lambda sweep, name: finished or name != "counting-rel-seed2")
+def test_cope_task_claims_rank_the_seeds(monkeypatch, cope, rival, finished, expected):
+    rates = {"cope": cope, "shaw": rival}
+    present = lambda sweep, name: name.split("-")[1] == "cope" or int(name[-1]) < finished   # noqa: E731
+    monkeypatch.setattr(sources, "has_result", present)
     monkeypatch.setattr(sources, "result", lambda sweep, name: cope_task_result(
         {"iid": rates[name.split("-")[1]][int(name[-1])]}))
-    evidence = task_comparison_evidence("counting", ("iid",), ("rel",))
+    evidence = task_comparison_evidence("counting", ("iid",), ("shaw",))
     assert verdict(evidence) == expected, evidence
-    if not finished:
-        assert evidence.reason.startswith("budget: 5 of the 6 runs")
+    assert ("not in" in evidence.n) == (finished < 5)
+
+
+def test_every_claim_quotes_its_paper_at_the_line_it_names():
+    papers = next((d for d in (sources.ROOT / "shared" / "papers", sources.ROOT.parent / "shared" / "papers")
+                   if d.is_dir()), None)
+    if papers is None:
+        pytest.skip("the papers' text files (shared/papers) are not in this checkout")
+    for claim in claims.CLAIMS:
+        line, words = claim.quote
+        assert words, f"{claim.key} quotes no words of its paper"
+        text = (papers / PAPER_FILES[claim.paper]).read_text().splitlines()
+        assert words in text[line - 1], f"{claim.key}: {words!r} is not on line {line} of {PAPER_FILES[claim.paper]}"
 
 
 def test_every_claim_has_a_verdict_an_n_and_an_interval(table):
-    assert len(table) >= 38
+    assert len(table) >= 60
     assert table.key.is_unique
     assert set(table.verdict) <= set(claims.verdicts.VERDICTS)
     assert (table.n.str.len() > 0).all() and (table.interval.str.len() > 0).all(), \
         table[(table.n == "") | (table.interval == "")].key.tolist()
     assert (table.reason.str.len() > 0).eq(table.verdict == "not reproduced").all()
+    # a row over several seeds says how many and gives an interval or a test over them
+    over_seeds = table[table.n.str.contains(r"\d+ seeds")]
+    assert len(over_seeds) >= 15
+    over = over_seeds.interval.str.contains("over seeds|p = |exact|no interval|not run|per-run|per seed")
+    assert over.all(), over_seeds[~over].key.tolist()
 
 
 def test_the_docs_are_the_table(table):

@@ -98,33 +98,50 @@ def tda_sparsity(n: int = 1000, batch: int = 20) -> pd.DataFrame:
 def tda_inhibition(n: int = 100, batch: int = 10) -> pd.DataFrame:
     """TDA paper Fig. 2: per key token, the share of the (query, key) causal entries of
     `tda-beta1`'s differential maps (every layer and head) with a negative weight, on the first
-    ``n`` ``iid`` sequences, with its 95% Wilson interval (entries taken as independent)."""
+    ``n`` ``iid`` sequences: pooled (``share``, with ``queries`` and ``inhibited``), and per sequence,
+    whose mean gets a 95% t interval over the sequences (``low``, ``high``): the entries of one
+    sequence are not independent draws, the sequences are."""
     from interp.metrics import capture_maps
     from interp.tasks import VOCAB, load_split
 
     tokens = load_split("iid", n)
     model = load("tda-beta1")
-    negative, total = np.zeros(len(VOCAB)), np.zeros(len(VOCAB))
+    negative, total = np.zeros((n, len(VOCAB))), np.zeros((n, len(VOCAB)))
     with torch.no_grad():
         for lo in range(0, n, batch):
             chunk = torch.as_tensor(tokens[lo:lo + batch].astype(np.int64))
 
-            def consume(layer, maps, chunk=chunk):
+            def consume(layer, maps, chunk=chunk, lo=lo):
                 a = maps["pattern"]
                 strict = torch.ones(a.shape[-2:], dtype=torch.bool).tril(-1)      # keys before the query
                 for token in range(len(VOCAB)):
                     keys = strict & (chunk == token)[:, None, None, :]
-                    negative[token] += float(((a < 0) & keys).sum())
-                    total[token] += float(keys.sum()) * a.shape[1]
+                    negative[lo:lo + len(chunk), token] += ((a < 0) & keys).sum((1, 2, 3)).double().numpy()
+                    total[lo:lo + len(chunk), token] += keys.sum((1, 2, 3)).double().numpy() * a.shape[1]
             capture_maps(model, tokens[lo:lo + batch], ["pattern"], consume=consume)
     rows = []
     for token, symbol in enumerate(VOCAB):
-        if total[token]:
-            low, high = wilson(negative[token], total[token])
-            rows.append({"key_token": symbol, "n_sequences": n, "queries": int(total[token]),
-                         "inhibited": int(negative[token]), "share": negative[token] / total[token],
-                         "low": low, "high": high})
+        seen = total[:, token] > 0
+        if seen.any():
+            per_sequence = negative[seen, token] / total[seen, token]
+            low, high = ratio_interval(per_sequence)
+            rows.append({"key_token": symbol, "n_sequences": int(seen.sum()), "queries": int(total[:, token].sum()),
+                         "inhibited": int(negative[:, token].sum()),
+                         "share": negative[:, token].sum() / total[:, token].sum(),
+                         "mean_per_sequence": float(per_sequence.mean()), "low": low, "high": high})
     return pd.DataFrame(rows)
+
+
+def dependency_lengths_ood(n: int = 2000) -> pd.DataFrame:
+    """Flip-flop paper Fig. 12 (right) as the paper counts it: the dependency lengths of the wrong
+    reads of `rope-mech` "on the union of the o.o.d. test sets", the first ``n`` sequences of
+    `sparse` and of `dense` together (:func:`interp.figures.flipflop.dependency_histogram`)."""
+    from interp.evaluate import evaluate_reads
+    from interp.figures.flipflop import GLITCH_BIN, dependency_histogram
+
+    _, reads = evaluate_reads(load("rope-mech"), ["sparse", "dense"], n)
+    return dependency_histogram(reads).assign(model="rope-mech", split="sparse+dense", n_sequences=2 * n,
+                                              bin_width=GLITCH_BIN)
 
 
 def weight_norms() -> pd.DataFrame:
@@ -238,6 +255,7 @@ MEASUREMENTS = {
     "length_generalisation": (length_generalisation, 1200),
     "tda_sparsity": (tda_sparsity, 240),
     "tda_inhibition": (tda_inhibition, 30),
+    "dependency_lengths_ood": (dependency_lengths_ood, 120),
     "weight_norms": (weight_norms, 1),
     "automaton_sharpness": (automaton_sharpness, 5),
     "value_weighted_attention": (value_weighted_attention, 3),

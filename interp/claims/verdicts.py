@@ -63,6 +63,13 @@ class Claim:
     paper_number: str
     model: str            # our model and budget
     measure: Callable[[], Evidence]
+    # The paper's own words for the claim: (line of its file in PAPER_FILES, words on that line)
+    quote: tuple[int, str] = (0, "")
+
+
+# The papers' text files (the project's copies, /work/shared/papers or shared/papers), by Claim.paper.
+PAPER_FILES = {"TRA": "000_1e40be65c4985cd5.txt", "flip-flop": "002_cbc1a16af32b4280.txt",
+               "TDA": "003_ffe354fecd74e1d6.txt", "CoPE": "004_48497b25c7e609ea.txt"}
 
 
 def verdict(evidence: Evidence) -> str:
@@ -77,6 +84,14 @@ def verdict(evidence: Evidence) -> str:
         raise ValueError(f"a claim not reproduced needs a reason starting with one of {', '.join(REASONS)}: "
                          f"got {evidence.reason!r} for {evidence.ours!r}")
     return NOT_REPRODUCED
+
+
+def not_run(what: str, runs: str, cost: str) -> Callable[[], Evidence]:
+    """The measurement of a claim whose runs this project has not defined or trained: its row names
+    the runs it needs and their cost, and is not reproduced (budget)."""
+    def measure() -> Evidence:
+        return Evidence(f"not run: {what}", "0 runs", "none (not run)", False, False, False, f"budget: {runs}; {cost}")
+    return measure
 
 
 def wilson(count: float, n: float) -> tuple[float, float]:

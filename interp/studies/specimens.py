@@ -97,13 +97,14 @@ def app_a_sweep_run(model: str, seq_len: int, seed: int) -> Specimen:
                     "authors-notebook")
 
 
-def tda_threshold_sweep_run(seed: int, steps: int = 1500) -> Specimen:
+def tda_threshold_sweep_run(seed: int, steps: int = 1500, model: str = "tda") -> Specimen:
     """A run of ``glitchlens reproduce tda-threshold`` (``interp.studies.registry``): the cpu scale's TDA
     (``tiny``, 4 heads, ``cpu-learning-authors``, T = 512, lr 1e-3, batch 16), beta fixed at 0 for
     the first third of the steps, ramped to the paper's 1 over the second third and held there, as
     the TDA authors' code keeps it fixed at 1 (1500 steps; ``tda-threshold-long``: 3000;
-    ``tda-threshold-4500``: 4500)."""
-    return Specimen("tda", "tiny", {"seq_len": 512, "batch_size": 16, "steps": steps, "lr": 1e-3, "seed": seed,
+    ``tda-threshold-4500``: 4500). ``model="trela"``: the single-view threshold on the same schedule
+    (``trela-beta1``, the premise of the TDA paper's Theorem 4.4)."""
+    return Specimen(model, "tiny", {"seq_len": 512, "batch_size": 16, "steps": steps, "lr": 1e-3, "seed": seed,
                                     "beta_schedule": "ramp", "beta_final": 1.0, "beta_ramp_start": steps // 3,
                                     "beta_ramp_end": 2 * steps // 3}, "cpu-learning-authors")
 
@@ -159,6 +160,10 @@ ENTRIES: dict[str, Entry] = {
     "tda-beta1": Entry("TDA, 2 layers x 4 heads, d_model 64, trained at T = 512 with its threshold at the paper's "
                        "beta = 1 (held at 0, ramped to 1 and held there; the run the rule of `glitchlens reproduce "
                        "tda-threshold` chose)", tda_threshold_sweep_run(0, 4500)),
+    # Theorem 4.4's premise is beta >= 1 (trela-mech learned 0.13): tda-beta1's schedule and seed for trela.
+    "trela-beta1": Entry("trela (single-view threshold rectified attention), 2 layers x 4 heads, d_model 64, trained "
+                         "at T = 512 with its threshold at the TDA paper's beta = 1 (held at 0, ramped to 1 and held "
+                         "there, as tda-beta1)", tda_threshold_sweep_run(0, 4500, "trela")),
     "automaton-1l": Entry("softmax attention with RoPE, 1 layer x 1 head, d_model 128, trained at T = 128 on the "
                           "flip-flop automaton simulation task (flip-flop paper Def. 1, p(bottom) = 0.5)",
                           AUTOMATON_1L),
