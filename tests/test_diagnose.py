@@ -253,3 +253,103 @@ def test_report_renders_in_headless_chromium(diagnosed, tmp_path):
     n_panels = models.load(result.metrics["checkpoint"]).cfg.n_heads * len(result.metrics["maps"])
     assert len(re.findall(r'<g class="hm"><image [^>]*href="data:image/png;base64,', dom)) >= n_panels
     assert images == []                                             # every figure is drawn by plotly
+
+
+# --- a task of one's own and the automaton: every section, their own tokens, staged files ------
+
+@pytest.fixture(scope="module")
+def parity_checkpoint(tmp_path_factory):
+    """An untrained tiny model recorded as trained on the parity task of ``tests/plugin_tasks.py``
+    (registered for this module): the plumbing does not depend on the weights."""
+    from plugin_tasks import ParityTask
+
+    from interp.tasks import registry
+
+    saved = dict(registry._TASKS)
+    registry.register_task(ParityTask())
+    torch.manual_seed(0)
+    model = models.build_model(models.ModelConfig.from_preset("rope", "tiny", n_heads=2, d_vocab=3, n_ctx=18))
+    yield models.save(tmp_path_factory.mktemp("parity") / "ckpt", model, training={"config": {"task": "parity"},
+                                                                                  "step": 0})
+    registry._TASKS.clear()
+    registry._TASKS.update(saved)
+
+
+@pytest.fixture(scope="module")
+def parity_diagnosis(parity_checkpoint, tmp_path_factory):
+    return diagnose(parity_checkpoint, tmp_path_factory.mktemp("parity-report") / "out", n=8)
+
+
+def test_a_task_of_ones_own_gets_every_section(parity_diagnosis):
+    result = parity_diagnosis
+    m = result.metrics
+    assert m["task"] == "parity" and m["skipped"] == {} and m["glitches"]["total"] == len(result.glitches) > 0
+    assert set(m["evaluation"]) == {"iid", "long"} and m["evaluation"]["iid"]["reads"] == 8   # one answer each
+    assert sorted(m["files"].values()) == sorted(p.name for p in result.out_dir.iterdir() if p.name != MANIFEST)
+    assert {"browser.html", "probes.csv", "report.html", "glitches.csv"} <= set(m["files"].values())
+    assert set(json.loads((result.out_dir / MANIFEST).read_text())["files"]) == set(m["files"].values())
+    glitch = m["at_glitch"]
+    assert glitch["position"] == 8 and {glitch["target"], glitch["predicted"]} == {"0", "1"}   # the ? of iid
+    assert [(h["layer"], h["head"]) for h in glitch["heads"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    components = {c for c, _ in glitch["dla"]}
+    assert {"embed", "L0H0", "L1H1", "L1 MLP"} <= components
+    assert glitch["patching"] and {c for c, _ in glitch["patching"]} <= {"L0H0 z", "L0H1 z", "L1H0 z", "L1H1 z",
+                                                                       "L0 mlp_out", "L1 mlp_out"}
+    probes = pd.read_csv(result.files["probes_csv"])
+    assert probes.layer.tolist() == [0, 1, 2] and (probes.low <= probes.accuracy).all()
+    assert (probes.accuracy <= probes.high).all() and m["probe_label"] == "the parity of the bits so far"
+    report = result.files["report"].read_text()
+    for section in ("Error rates", "Glitches (first 50 of", "The heads at the glitch of iid sequence",
+                    "Direct logit attribution and patching of that glitch", "Linear probes of the parity",
+                    "Attention of the last layer"):
+        assert section in report, section
+    glitches = pd.read_csv(result.files["glitches_csv"], dtype={"target": str, "predicted": str})
+    assert list(glitches.columns) == ["split", "seq", "position", "target", "predicted", "margin"]
+    assert (glitches.margin < 0).all() and set(glitches.position) <= {8, 16}
+
+
+@pytest.mark.integration
+def test_the_automaton_is_diagnosed_in_its_own_tokens(tmp_path):
+    result = diagnose(models.pretrained.path("automaton-1l"), tmp_path / "out", n=4)
+    assert result.metrics["task"] == "automaton" and set(result.metrics["evaluation"]) == {"fresh"}
+    assert set(result.glitches.target) | set(result.glitches.predicted) <= {"0", "1"}
+    data = json.loads(re.search(r"id='data'>(.*?)</script>", result.files["browser"].read_text(), re.S)[1])
+    shown = {t for g in data["glitches"] if "tokens" in g for t in g["tokens"]}
+    assert shown and shown <= {"0", "1", "_"}
+    assert result.metrics["probe_label"].startswith("the state") and result.metrics["probes"][-1]["accuracy"] > 0.99
+
+
+def test_a_tool_never_reads_another_tasks_data(parity_checkpoint, tmp_path, capsys):
+    from interp.diagnose.task import diagnose_task
+    from interp.explain import explain
+
+    with pytest.raises(ValueError, match="trained on the parity task, not counting"):
+        diagnose_task(parity_checkpoint, tmp_path / "d", "counting")
+    with pytest.raises(ValueError, match="trained on the parity task, not flipflop"):
+        explain(parity_checkpoint, tmp_path / "e", task="flipflop")
+    assert not (tmp_path / "d").exists() and not (tmp_path / "e").exists()
+    assert main(["explain", str(parity_checkpoint), "--task", "flipflop", "--out", str(tmp_path / "e")]) == 2
+    assert "trained on the parity task, not flipflop" in capsys.readouterr().err
+    # Left to itself, explain analyses the parity task's own split, never flip-flop's dense one.
+    result = explain(parity_checkpoint, tmp_path / "e", n=8)
+    assert (result.summary["task"], result.summary["split"], result.summary["reads"]) == ("parity", "long", 8)
+    assert "parity task, long, first 8 sequences: 8 answers" in result.lines()[0]
+    assert result.summary["dla_sum_error"] < 1e-4 and "corrupt" in result.summary
+    assert "| seq | position | right answer | predicted | margin |" in result.files["report"].read_text()
+
+
+def test_a_tasks_diagnosis_is_staged(parity_checkpoint, tmp_path):
+    from interp.diagnose.task import diagnose_task
+
+    out, outside = tmp_path / "out", tmp_path / "outside.html"
+    out.mkdir()
+    outside.write_text("mine")
+    (out / "report.html").symlink_to(outside)
+    with pytest.raises(ValueError, match="report.html exists and is a symbolic link; pass --overwrite"):
+        diagnose_task(parity_checkpoint, out, n=2)
+    assert sorted(p.name for p in out.iterdir()) == ["report.html"]      # nothing written, no staging left
+    first = diagnose_task(parity_checkpoint, out, n=2, overwrite=True)
+    assert outside.read_text() == "mine" and not (out / "report.html").is_symlink()   # the link replaced, not followed
+    again = diagnose_task(parity_checkpoint, out, n=2)      # its own outputs are replaced without --overwrite
+    assert again.files == first.files and set(json.loads((out / MANIFEST).read_text())["files"]) == {
+        p.name for p in first.files.values()}

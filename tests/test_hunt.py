@@ -214,3 +214,39 @@ def test_cli_errors(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["hunt", "rope-mech", "--budget", "0"])
     assert stop.value.code == 2 and "expected a positive integer, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_a_task_hunt_is_staged_and_never_replaces_ones_own_files(tmp_path, capsys):
+    """``hunt`` of a model of another task (an untrained automaton model): random draws per split,
+    written through the staged writer: a sequence file of one's own under a failing-SPLIT name,
+    or a link there, is refused with nothing written; a second run replaces its own files."""
+    from interp.hunt.task import hunt_task, write_task_hunt
+    from interp.outputs import MANIFEST
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig.from_preset("rope", "tiny", d_vocab=3)).eval()
+    result = hunt_task(model, "automaton", budget=8, seed=0)
+    assert result["splits"]["fresh"]["failing_sequences"] == 8
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "failing-fresh.jsonl").write_text("my own sequences\n")
+    with pytest.raises(ValueError, match="failing-fresh.jsonl exists and is a file glitchlens did not write"):
+        write_task_hunt(result, out)
+    assert (out / "failing-fresh.jsonl").read_text() == "my own sequences\n"
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".glitchlens-staging")) == [
+        "failing-fresh.jsonl"]
+    (out / "failing-fresh.jsonl").unlink()
+    (out / "failing-fresh.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
+    with pytest.raises(ValueError, match="is a symbolic link"):
+        write_task_hunt(result, out)
+    assert not (tmp_path / "elsewhere.jsonl").exists()
+    (out / "failing-fresh.jsonl").unlink()
+    files = write_task_hunt(result, out)
+    assert write_task_hunt(result, out) == files             # its own files: replaced without --overwrite
+    assert set(json.loads((out / MANIFEST).read_text())["files"]) == {"hunt.json", "failing-fresh.jsonl"}
+    lines = (out / "failing-fresh.jsonl").read_text().splitlines()
+    assert len(lines) == result["splits"]["fresh"]["failing_sequences"]
+    assert set(json.loads(lines[0])["text"].split()) <= {"0", "1", "_"}
+    assert main(["hunt", "automaton-1l", "--budget", "16", "--out", str(out), "--json", "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out)["task"] == "automaton"
