@@ -4,6 +4,7 @@ compared with, both measured in the same run on the same machine."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 import time
@@ -487,6 +488,51 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
     return rows, rates
 
 
+# What `bench attribution --out DIR` writes; runs/bench/ holds the one docs/results/benchmarks.md reads.
+ATTRIBUTION_CSV = "attribution.csv"
+
+def flipflop_specimens() -> list[str]:
+    """The shipped specimens trained on flip-flop (``models/pretrained``), in name order."""
+    from models import pretrained
+    from models.checkpoint import trained_task
+
+    return [name for name in pretrained.built()
+            if (trained_task(json.loads((pretrained.path(name) / "config.json").read_text())) or "flipflop")
+            == "flipflop"]
+
+
+def bench_attribution(names: tuple[str, ...] | None = None, n_pairs: int = 16, seq_len: int = 128) -> list[dict]:
+    """Attribution patching against activation patching on each shipped flip-flop specimen: the
+    bit-flip pairs of the last read of the first ``n_pairs`` iid sequences cut to ``seq_len``
+    tokens, every hook of :data:`interp.circuits.ATTRIBUTION_KINDS` and head patched at every
+    position at once (:func:`interp.circuits.compare_attribution`). One row per specimen:
+    ``components``, ``rank_correlation`` (Spearman's, over components), ``largest_miss`` (in
+    shares of the clean-corrupt gap) with its component (``missed``) and both sides, and
+    ``speedup`` (activation patching's time over attribution patching's, measured once each)."""
+    from interp import circuits
+    from interp.tasks import load_split
+    from models import load_pretrained
+
+    inputs = np.array(load_split("iid", n_pairs)[:, :seq_len])
+    every = circuits.bit_flip_pairs(inputs)
+    last = every.info.groupby("seq").pair.max().tolist()
+    clean, corrupt, reads = every.clean[last], every.corrupt[last], every.read[last]
+    rows = []
+    for name in names or flipflop_specimens():
+        model = load_pretrained(name)
+        hooks = circuits.patchable_hooks(model, circuits.ATTRIBUTION_KINDS)
+        start = time.perf_counter()
+        patched = circuits.activation_patching(model, clean, corrupt, hooks, reads=reads)
+        middle = time.perf_counter()
+        estimated = circuits.attribution_patching(model, clean, corrupt, hooks, reads=reads)
+        end = time.perf_counter()
+        agreement = circuits.attribution_agreement(circuits.compare_attribution(estimated, patched))
+        rows.append({"specimen": name, "model": model.cfg.model, "pairs": len(reads), **agreement,
+                     "speedup": (middle - start) / (end - middle)})
+        print(f"{name}: rank correlation {agreement['rank_correlation']:.2f}", file=sys.stderr, flush=True)
+    return rows
+
+
 def _print_rows(rows: list[dict], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -558,6 +604,18 @@ def run(what: str, args) -> int:
         _print_rows(rows, f"glitchlens eval, first {args.n} sparse sequences, model FLOPs (causal forward of the "
                           f"scored prefixes) and computed FLOPs (the last layer at the reads only), roofline = "
                           f"2048^2 matmul before each model, {torch.get_num_threads()} threads, load average {load}")
+    elif what == "attribution":
+        rows = bench_attribution()
+        _print_rows(rows, "attribution patching against activation patching, every hook and head at every position, "
+                          "bit-flip pairs at the last read of 16 iid sequences, T = 128 (speedup: activation "
+                          "patching's time over attribution patching's)")
+        if args.out:
+            import pandas as pd
+
+            from interp.outputs import staged
+
+            with staged(args.out, overwrite=True, names=(ATTRIBUTION_CSV,)) as stage:
+                pd.DataFrame(rows).to_csv(stage / ATTRIBUTION_CSV, index=False)
     elif what == "diagnose":
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         _print_rows(bench_diagnose(), f"glitchlens diagnose, default settings, {torch.get_num_threads()} threads, "

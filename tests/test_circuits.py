@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from plugin_tasks import ParityTask
 
 from interp import circuits, plots
 from interp.cli import main
-from interp.tasks import ONE, ZERO, load_split
+from interp.tasks import ONE, ZERO, get_task, load_split
 from models import ModelConfig, build_model, load_pretrained
 
 # Prefixes the model reads, each ending at a read and holding two more reads before it.
@@ -22,7 +23,7 @@ TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # float32 rounding of the sums that patc
 
 def tiny(name, **overrides):
     torch.manual_seed(0)
-    return build_model(ModelConfig.from_preset(name, "tiny", n_heads=2, n_ctx=16, **overrides)).eval()
+    return build_model(ModelConfig.from_preset(name, "tiny", **{"n_heads": 2, "n_ctx": 16, **overrides})).eval()
 
 
 def logit_differences(model, tokens):
@@ -297,3 +298,126 @@ def test_explain_writes_its_report_on_tra_mech(tmp_path, capsys):
     printed, err = capsys.readouterr()
     assert "no glitches in these sequences" in printed and err == ""
     assert "No glitches" in (out / "x" / "report.md").read_text() and not (out / "x" / "where_corrupt.png").exists()
+
+
+# --- any task: the scored positions, answers and counterfactuals come from the task --------------
+
+def task_model(task_name: str, name: str = "rope"):
+    """A tiny model of ``task_name``'s vocabulary that says it was trained on it."""
+    task = get_task(task_name)
+    model = tiny(name, d_vocab=task.d_vocab, n_ctx=1024)
+    model.trained_task = task.name
+    return model
+
+
+def task_inputs(task_name: str, n: int = 3, length: int = 530):
+    task = get_task(task_name)
+    return task.model_io(task.load_split(next(iter(task.splits)), n))[0][:, :length]
+
+
+def margins(model, tokens, task) -> dict:
+    """The right answer's logit minus the best other answer's at every scored position, from the logits."""
+    logits = model(torch.as_tensor(np.array(tokens)).long()).detach().double()
+    scored, targets = task.scored_answers(np.asarray(tokens))
+    values = {}
+    for seq, pos in zip(*np.nonzero(scored)):
+        others = [a for a in task.answers if a != targets[seq, pos]]
+        values[seq, pos] = float(logits[seq, pos, targets[seq, pos]] - logits[seq, pos, others].max())
+    return values
+
+
+@pytest.mark.parametrize("task_name", ["automaton", "counting", "selective-copy"])
+def test_direct_logit_attribution_adds_up_to_the_margin_of_any_task(task_name):
+    model, task = task_model(task_name), get_task(task_name)
+    tokens = task_inputs(task_name)
+    frame = circuits.direct_logit_attribution(model, tokens, neurons=True)
+    expected = margins(model, tokens, task)
+    totals = frame.groupby(["seq", "position"]).attribution.sum()
+    assert set(totals.index) == set(expected) and len(expected) >= 3
+    for key, value in expected.items():
+        assert totals[key] == pytest.approx(value, abs=1e-4), key
+    assert circuits.dla_sum_error(frame) < 1e-4
+    assert set(frame.target) <= set(task.answers) and (frame.answer >= 0).all()
+    last = int(frame.position.max())
+    assert set(circuits.direct_logit_attribution(model, tokens, position=last).position) == {last}
+
+
+def test_a_metric_of_ones_own_drives_attribution_and_patching():
+    model = tiny("tra")
+    pairs = circuits.bit_flip_pairs(model.to_tokens(TEXTS))
+
+    def right_logit(logits, scored):   # linear in the logits: DLA splits it exactly
+        return logits[torch.arange(len(scored.position)), scored.position, scored.target]
+
+    frame = circuits.direct_logit_attribution(model, pairs.clean, metric=right_logit)
+    logits = model(pairs.clean).detach()
+    rows = frame.drop_duplicates(["seq", "position"])
+    expected = logits[torch.tensor(rows.seq.tolist()), torch.tensor(rows.position.tolist()),
+                      torch.tensor(rows.target.tolist())]
+    np.testing.assert_allclose(rows.logit_diff, expected.double(), **TOLERANCE)
+    assert circuits.dla_sum_error(frame) < 1e-4
+    patched = circuits.activation_patching(model, pairs.clean, pairs.corrupt, ["blocks.0.hook_resid_pre"],
+                                           reads=pairs.read, metric=right_logit)
+    np.testing.assert_allclose(patched.patched, patched.clean, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"metric must give one value per row, a tensor \[9\]"):
+        circuits.activation_patching(model, pairs.clean, pairs.corrupt, ["blocks.0.hook_resid_pre"],
+                                     reads=pairs.read, metric=lambda logits, scored: logits.mean())
+    with pytest.raises(TypeError, match="metric must be a callable"):
+        circuits.direct_logit_attribution(model, pairs.clean, metric=3)
+
+
+@pytest.mark.parametrize("task_name", ["flipflop", "automaton", "counting", "selective-copy"])
+def test_corrupt_pairs_change_the_answer_and_little_else(task_name):
+    task = get_task(task_name)
+    tokens = task_inputs(task_name, length=600)
+    pairs = circuits.corrupt_pairs(task, tokens)
+    assert len(pairs) >= 3 and (pairs.info.answer != pairs.info.corrupt_answer).all()
+    for clean, corrupt, read in zip(pairs.clean.numpy(), pairs.corrupt.numpy(), pairs.read.numpy()):
+        changed = np.flatnonzero(clean[:read + 1] != corrupt[:read + 1])
+        assert 1 <= len(changed) <= (read if task_name == "flipflop" else 1), changed   # flip-flop: its reads too
+    model = task_model(task_name)
+    frame = circuits.activation_patching(model, pairs.clean[:2], pairs.corrupt[:2], ["blocks.0.hook_resid_pre"],
+                                         reads=pairs.read[:2])
+    np.testing.assert_allclose(frame.restored, 1.0, rtol=1e-4)
+
+
+def test_resample_pairs_need_nothing_but_the_contract():
+    task = ParityTask()
+    tokens = task.model_io(task.load_split("iid", 8))[0]
+    with pytest.raises(ValueError, match="the 'parity' task declares no counterfactual.*resample_pairs"):
+        circuits.corrupt_pairs(task, tokens)
+    pairs = circuits.task_pairs(task, tokens, seed=1)
+    assert (pairs.read == 8).all() and (pairs.info.answer != pairs.info.corrupt_answer).all()
+    assert (pairs.corrupt.numpy() == tokens[pairs.info.partner]).all()
+    assert pairs.info.partner.tolist() == circuits.resample_pairs(task, tokens, seed=1).info.partner.tolist()
+    model = tiny("rope", d_vocab=3)
+    frame = circuits.activation_patching(model, pairs.clean, pairs.corrupt, ["blocks.1.hook_resid_post"],
+                                         reads=pairs.read, task=task)
+    np.testing.assert_allclose(frame.restored, 1.0, rtol=1e-4)
+    with pytest.raises(ValueError, match="anchor='write': the 'parity' task declares no evidence position"):
+        circuits.activation_patching(model, pairs.clean, pairs.corrupt, ["blocks.0.hook_resid_pre"],
+                                     reads=pairs.read, task=task, positions=[0], anchor="write")
+
+
+def test_what_a_task_cannot_support_is_refused_naming_why():
+    from interp.tasks import Task
+
+    class Echo(Task):
+        name, vocab, answers = "echo", ("a", "b"), (1,)
+
+    model = tiny("rope", d_vocab=2)
+    with pytest.raises(ValueError, match="the 'echo' task has one answer token, so no margin"):
+        circuits.direct_logit_attribution(model, torch.ones(1, 4, dtype=torch.long), task=Echo())
+    automaton = task_model("automaton")
+    with pytest.raises(ValueError, match="trained on the 'automaton' task, not 'flipflop'"):
+        circuits.direct_logit_attribution(automaton, torch.zeros(1, 4, dtype=torch.long), task="flipflop")
+    with pytest.raises(ValueError, match="the 'counting' task has 27 tokens but this model reads 5"):
+        circuits.direct_logit_attribution(tiny("rope"), torch.zeros(1, 4, dtype=torch.long), task="counting")
+    with pytest.raises(ValueError, match="glitch_pairs edits flip-flop instructions; this model is of the "
+                                         "'automaton' task"):
+        circuits.glitch_pairs(automaton, torch.zeros(1, 4, dtype=torch.long), pd.DataFrame({"seq": [0],
+                                                                                            "position": [3]}))
+    with pytest.raises(TypeError, match="task must be an interp.tasks.Task or a registered task name"):
+        circuits.direct_logit_attribution(tiny("rope"), torch.zeros(1, 4, dtype=torch.long), task=3)
+    with pytest.raises(TypeError, match="model must be a GlitchLens model"):
+        circuits.direct_logit_attribution("tra-mech", torch.zeros(1, 4, dtype=torch.long))

@@ -74,9 +74,9 @@ def direct_logit_attribution(model, tokens, cache=None, neurons: bool = False, *
     """
     if not isinstance(neurons, bool):
         raise TypeError(f"neurons must be True or False, got {neurons!r}")
+    task = resolve_task(model, task)
     if not hasattr(model, "blocks"):
         raise ValueError(f"the {model.cfg.model} model has no residual stream to split into components")
-    task = resolve_task(model, task)
     metric = check_metric(task, metric)
     tokens = as_token_ids(tokens, model.cfg.d_vocab).to(model.cfg.device)
     seq, position, target = scored_rows(task, tokens.cpu(), position)

@@ -72,7 +72,8 @@ def attribution_patching(model, clean_tokens, corrupt_tokens, hook_names: Sequen
         head_axis, _ = hook_axes(name, difference.shape, runs.clean.shape[1], model.cfg.n_heads)
         product = difference * gradient
         keep = [0] if head_axis is None else [0, head_axis]
-        per_head = product.sum(dim=[d for d in range(product.ndim) if d not in keep]).cpu().numpy()   # [pair(, head)]
+        summed = [d for d in range(product.ndim) if d not in keep]
+        per_head = (product.sum(dim=summed) if summed else product).cpu().numpy()    # [pair(, head)]; sum(dim=[]) sums all
         layer = int(name.split(".")[1]) if name.startswith("blocks.") else -1
         for head in range(per_head.shape[1]) if head_axis is not None else [None]:
             estimate = per_head[:, head] if head is not None else per_head
@@ -115,11 +116,13 @@ def attribution_agreement(table: pd.DataFrame) -> dict:
     """How far attribution patching can stand in for activation patching, over the components of
     a :func:`compare_attribution` table: ``components``, ``rank_correlation`` (Spearman's, of
     ``estimated`` and ``patched``; NaN when either is constant), ``largest_miss`` (the largest
-    ``|miss|``), ``missed`` (its component), ``missed_estimated`` and ``missed_patched``."""
+    ``|miss|``), ``missed`` (its component), ``missed_estimated`` and ``missed_patched``. A
+    component whose pairs' clean and corrupt runs measure the same (no gap to restore) is left out."""
     if not isinstance(table, pd.DataFrame) or not {"component", "estimated", "patched", "miss"} <= set(table.columns):
         raise ValueError("table must be a compare_attribution frame (component, estimated, patched, miss)")
+    table = table.dropna(subset=["estimated", "patched"])
     if table.empty:
-        raise ValueError("table has no components to compare")
+        raise ValueError("table has no component to compare: the pairs' clean and corrupt runs measure the same")
     worst = table.loc[table.miss.abs().idxmax()]
     return {"components": len(table),
             "rank_correlation": float(table.estimated.rank().corr(table.patched.rank())),

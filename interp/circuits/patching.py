@@ -15,7 +15,7 @@ import torch
 from interp.circuits.metrics import Metric, Scored, check_metric, measure, resolve_task, targets_at
 from interp.circuits.reads import reads_up_to
 from interp.tasks import Task
-from models.attention.base import COMMON_HOOKS, Attention
+from models.attention.base import COMMON_HOOKS, ROTATION_HOOKS, Attention
 from models.lens import why_silent
 from models.tokens import as_token_ids
 
@@ -29,7 +29,7 @@ def mechanism_hooks(model) -> list[str]:
     ``hook_thresholded``, ``hook_mask``, ``hook_dbar``, ``hook_log_decay``, ``hook_forget``;
     FoT's ``hook_forget``, ``hook_decay_bias``; the views, scores and lambda of Diff and TDA;
     CoPE's gates and positions; REL's and ALiBi's bias (not softmax's without a bias)."""
-    common = {f"attn.{name}" for name in COMMON_HOOKS}
+    common = {f"attn.{name}" for name in (*COMMON_HOOKS, *ROTATION_HOOKS)}
     return [name for name in model.fired_hooks()
             if re.fullmatch(r"blocks\.\d+\.attn\.hook_\w+", name) and name.split(".", 2)[2] not in common]
 
@@ -277,7 +277,8 @@ def receiver_inputs(model, layer: int) -> list[str]:
     FoT), ``q2``, ``k2`` (TDA's second view) and REL's and ALiBi's ``pos_bias``; only hooks
     that fire on this model (``model.fired_hooks()``)."""
     attn = f"blocks.{layer}.attn."
-    own = Attention.OUTER_HOOKS - {"hook_z", "hook_result"}  # the outputs of the core, not its inputs
+    # the outputs of the core are not its inputs; the rotated q and k are q's and k's
+    own = Attention.OUTER_HOOKS - {"hook_z", "hook_result", *ROTATION_HOOKS}
     return [name.removeprefix(attn + "hook_") for name in model.fired_hooks()
             if name.startswith(attn) and name.removeprefix(attn) in own]
 
@@ -313,6 +314,7 @@ def path_patching(model, clean_tokens, corrupt_tokens, senders: Sequence[tuple[i
     ``receiver_head``, ``input`` (``"k+v"`` for a tuple), ``pair``, ``read``, ``clean``,
     ``corrupt``, ``patched``, ``restored``.
     """
+    resolve_task(model, task)
     if not hasattr(model, "blocks"):
         raise ValueError(f"the {model.cfg.model} model has no heads to patch a path between")
     if not isinstance(through_mlps, bool):
