@@ -109,3 +109,25 @@ def test_counting_trains_evaluates_diagnoses_and_hunts_through_the_command_line(
     assert main(["data", "--task", "counting", "--split", "short", "-n", "2", "--out", str(data)]) == 0
     rows = [json.loads(line) for line in data.read_text().splitlines()]
     assert np.array_equal([r["tokens"] for r in rows], get_task("counting").load_split("short", 2))
+
+
+def test_the_cope_tasks_sweep_keeps_its_run_names_and_seeds():
+    """CoPE, RoPE, APE and Shaw at seeds 0-4, the T5-style REL at its first 3, under the names the
+    committed runs and the runs in training already have."""
+    from interp.studies.cope_tasks import TASKS, cope_tasks_runs
+
+    runs = cope_tasks_runs()
+    for task in TASKS:
+        for model in ("cope", "rope", "ape", "shaw"):
+            assert [f"{task}-{model}-seed{seed}" in runs for seed in range(5)] == [True] * 5
+        assert [name for name in runs if name.startswith(f"{task}-rel-")] == [f"{task}-rel-seed{s}" for s in range(3)]
+    assert "--model shaw" in runs["counting-shaw-seed0"].command()
+    assert "--seed 4" in runs["selective-copy-cope-seed4"].command()
+
+
+def test_a_run_learns_at_a_tenth_of_the_majority_answers_error():
+    from interp.studies.cope_tasks import LEARNS, learns, majority_error
+
+    prior = majority_error("counting")
+    assert prior == pytest.approx(0.768)    # the canonical iid split: 232 of its 1000 answers are the commonest
+    assert learns("counting", LEARNS * prior) and not learns("counting", LEARNS * prior + 1e-3)
