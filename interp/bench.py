@@ -398,6 +398,26 @@ def matmul_rate(m: int, k: int, n: int, repeats: int = 3) -> float:
     return 2 * m * k * n / _best_time(lambda: torch.mm(a, b, out=out), repeats) / 1e9
 
 
+def parallel_matmul_rate(workers: int, n: int = 2048, repeats: int = 3) -> float:
+    """GFLOP/s of ``workers`` float32 ``n x n`` products at once, one per Python thread, each at
+    one torch thread: the arrangement :func:`interp.evaluate.predict_reads` runs its batches in
+    on the CPU, so the roofline of an evaluation is measured at the evaluation's own threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pairs = [(torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)) for _ in range(workers)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            def all_at_once():
+                list(pool.map(lambda abc: torch.mm(abc[0], abc[1], out=abc[2]), pairs))
+
+            all_at_once()
+            return workers * 2 * n ** 3 / _best_time(all_at_once, repeats) / 1e9
+    finally:
+        torch.set_num_threads(threads)
+
+
 @torch.no_grad()
 def attention_rate(n_heads: int, d_head: int, n_pos: int = 511, batch: int = 8, repeats: int = 3) -> float:
     """Useful GFLOP/s (q k^T and A V, causally) of PyTorch's fused causal softmax attention
@@ -437,9 +457,10 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
     """``predict_reads`` on the first ``n`` sequences of ``split`` for pretrained models, in
     model GFLOP/s (:func:`eval_flops`, the scored-prefix measure: the causal forward of every
     scored prefix) and in the GFLOP/s of what it computes (:func:`computed_eval_flops`, without the
-    last layer's work away from the reads), against float32 matmuls at torch's thread count: a
-    2048 x 2048 square one, measured right before each model's runs (on a shared machine the
-    cores' share drifts), is its roofline; one at the model's MLP shape ``[32768, d_model] x
+    last layer's work away from the reads), against float32 matmuls: 2048 x 2048 square ones in
+    the evaluation's own arrangement (:func:`parallel_matmul_rate`: as many at once as it has
+    workers, one torch thread each), measured right before each model's runs (on a shared machine
+    the cores' share drifts), are its roofline; one at the model's MLP shape ``[32768, d_model] x
     [d_model, d_mlp]`` and PyTorch's fused causal attention at its head shape
     (:func:`attention_rate`) are printed once each. ``torch_path_s``: the same evaluation with
     the native kernels switched off (:mod:`kernels.native`; they serve softmax without a bias,
@@ -466,7 +487,7 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
         if cfg.attention is not None and attention not in rates:
             rates[attention] = attention_rate(cfg.n_heads, cfg.d_head, repeats=repeats)
         predictions = predict_reads(model, tokens).predicted
-        square = matmul_rate(2048, 2048, 2048, repeats)
+        square = parallel_matmul_rate(torch.get_num_threads(), repeats=repeats)  # predict_reads' workers
         now, torch_path, before = [], [], []
         for _ in range(repeats):  # the loops alternate, so that a change in the load falls on all of them
             now.append(_best_time(lambda: predict_reads(model, tokens), 1))
@@ -546,9 +567,14 @@ def _print_rows(rows: list[dict], title: str) -> None:
 
 
 def run(what: str, args) -> int:
-    if what == "data":
+    if what in ("threads", "demo"):
+        from interp import bench_load
+
+        for title, rows in bench_load.run(what, args):
+            _print_rows(rows, title)
+    elif what == "data":
         _print_rows(bench_data(args.repeats), "canonical splits: vectorised vs per-sequence Python generator")
-    elif what == "models":
+    elif what in ("models", "train"):
         _print_rows(bench_models(args.repeats),
                     f"training step, mini preset, T=512, batch 8, CPU, {torch.get_num_threads()} threads "
                     "(attention_impl auto: kernels.rows)")
@@ -603,7 +629,8 @@ def run(what: str, args) -> int:
         print("float32 at the models' shapes, GFLOP/s: " + ", ".join(f"{k} {v:.1f}" for k, v in rates.items()))
         _print_rows(rows, f"glitchlens eval, first {args.n} sparse sequences, model FLOPs (causal forward of the "
                           f"scored prefixes) and computed FLOPs (the last layer at the reads only), roofline = "
-                          f"2048^2 matmul before each model, {torch.get_num_threads()} threads, load average {load}")
+                          f"{torch.get_num_threads()} 2048^2 matmuls at once at 1 thread each (the eval's "
+                          f"{torch.get_num_threads()} workers) before each model, load average {load}")
     elif what == "attribution":
         rows = bench_attribution()
         _print_rows(rows, "attribution patching against activation patching, every hook and head at every position, "

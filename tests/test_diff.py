@@ -89,15 +89,18 @@ def test_lambda_gets_gradient(tokens):
 
 
 @pytest.mark.parametrize("rope", [True, False])
-def test_inference_through_sdpa_equals_the_maps(rope, monkeypatch, tokens):
-    """Without gradients and without the native kernel the two views run through SDPA
-    (``A1 V - lambda A2 V``), and give the model the explicit maps give; with gradients, a hook
-    inside the core, or ``attention_impl="reference"`` in training mode, the maps are computed."""
+def test_sdpa_equals_the_maps_forward_and_backward(rope, monkeypatch, tokens):
+    """Without the native kernel the two views run through SDPA (``A1 V - lambda A2 V``), with
+    gradients too (training), and give the model the explicit maps give, forward and every
+    parameter's gradient; with a hook inside the core, or ``attention_impl="reference"`` in
+    training mode, the maps are computed."""
     model = diff_model(n_layers=2, rope=rope).eval()
     x = tokens(2, N_POS)
-    with torch.no_grad():
-        explicit = model.run_with_hooks(x, fwd_hooks=[("blocks.0.attn.hook_pattern", lambda t, hook: t),
-                                                      ("blocks.1.attn.hook_pattern", lambda t, hook: t)])
+    hooked = [(f"blocks.{layer}.attn.hook_pattern", lambda t, hook: t) for layer in range(2)]
+    explicit = model.run_with_hooks(x, fwd_hooks=hooked)
+    explicit.square().mean().backward()
+    explicit_grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
     calls = []
     sdpa = torch.nn.functional.scaled_dot_product_attention
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
@@ -106,9 +109,11 @@ def test_inference_through_sdpa_equals_the_maps(rope, monkeypatch, tokens):
         fast = model(x)
     assert len(calls) == 4, "two views in each of the two layers"
     torch.testing.assert_close(fast, explicit, rtol=1e-5, atol=1e-5)
-    model(x)
-    assert len(calls) == 4, "a forward that wants gradients computed the maps"
+    model.train()(x).square().mean().backward()
+    assert len(calls) == 8, "training runs the views through SDPA"
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, explicit_grads[name], rtol=1e-4, atol=1e-6, msg=name)
     model.cfg.attention_impl = "reference"
     with torch.no_grad():
-        model.train()(x)
-    assert len(calls) == 4, "attention_impl='reference' ran SDPA in training mode"
+        model(x)
+    assert len(calls) == 8, "attention_impl='reference' ran SDPA in training mode"

@@ -33,11 +33,15 @@ def test_every_command_takes_threads_and_refuses_zero(capsys):
     assert "expected a positive integer" in capsys.readouterr().err
 
 
-def test_the_command_runs_torch_at_the_chosen_count():
-    """``--threads`` reaches torch, which the command imports after the choice."""
-    code = ("import sys, torch; from interp.cli import main; "
-            "main(['pretrained', '--threads', '1', '--json']); print(torch.get_num_threads(), file=sys.stderr)")
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stderr.strip().splitlines()[-1] == "1"
+def test_the_command_runs_torch_at_the_chosen_count_with_sleeping_waits():
+    """``--threads`` reaches torch, imported here before the choice, and the processes the
+    command starts: with ``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets a policy."""
+    code = ("import os, sys, torch; from interp.cli import main; main(['pretrained', '--threads', '1', '--json']); "
+            "print(torch.get_num_threads(), os.environ['OMP_NUM_THREADS'], os.environ['OMP_WAIT_POLICY'], "
+            "file=sys.stderr)")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    for policy, expected in ((None, "1 1 PASSIVE"), ("ACTIVE", "1 1 ACTIVE")):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                              env=env if policy is None else {**env, "OMP_WAIT_POLICY": policy})
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.strip().splitlines()[-1] == expected

@@ -379,7 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
 
     p = command("bench", "benchmarks that print ratios measured side by side")
-    p.add_argument("what", choices=["data", "models", "diagnose", "kernels", "tiles", "eval", "attribution"],
+    p.add_argument("what", choices=["data", "models", "train", "diagnose", "kernels", "tiles", "eval", "attribution",
+                                    "threads", "demo"],
                    help="what to time (docs/results/benchmarks.md \"Benchmarks\")")
     p.add_argument("checkpoint", nargs="?", help="bench tiles: a trained checkpoint directory")
     p.add_argument("--repeats", type=positive_int, default=3,
@@ -387,7 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=output_path, default=None, metavar="CSV",
                    help="bench kernels: append the rows here, and skip the (kernel, T) pairs it already holds; "
                         "with --compile-only a folder for compile.csv and the binaries; bench attribution: a folder "
-                        "for attribution.csv")
+                        "for attribution.csv; bench threads: for threads.csv and startup.csv; bench demo: for "
+                        "demo.csv")
     p.add_argument("--compile-only", action="store_true",
                    help="bench kernels: compile every kernel for --targets at every dtype, head dim and tile "
                         "configuration the dispatcher may choose (no GPU needed), and tabulate registers, spills "

@@ -23,8 +23,11 @@ points. Every mechanism exposes at least
   only while ``cfg.use_attn_result`` is set (TransformerLens's switch, as there)
 
 A mechanism that rotates its whole queries and keys by RoPE (softmax, TRA and FoT with the
-``rope`` option: :attr:`Attention.ROTARY_HOOKS`) also has TransformerLens's ``hook_rot_q`` and
-``hook_rot_k``, the rotated q and k ``[batch, pos, head, d_head]`` (:meth:`Attention.rotate_qk`).
+``rope`` option: :attr:`Attention.ROTARY_HOOKS`) also has TransformerLens's rotary hooks
+(:meth:`Attention.rotate_qk`), both ``[batch, pos, head, d_head]``:
+
+- ``hook_rot_q``: the queries rotated by their positions, what the scores read
+- ``hook_rot_k``: the keys rotated by their positions
 
 Options come from ``cfg.attention_options`` and are checked against the mechanism's
 ``Options`` dataclass, so a typo is an error rather than a silently ignored key.
@@ -259,11 +262,9 @@ class Attention(nn.Module):
     # dropout) and the fast ones the mechanism has: "rows" (``kernels.<op>.rows``, the CPU
     # path), "triton" (``kernels.<op>.triton``) or "sdpa" (PyTorch's fused softmax attention).
     IMPLEMENTATIONS: dict[str, Callable] = {}
-    # Whether a forward that wants gradients keeps the reference whatever the other rules say.
-    TRAINS_ON_REFERENCE = False
 
-    def implementation(self, device: torch.device, *inputs: torch.Tensor) -> str:
-        """Which of :attr:`IMPLEMENTATIONS` the attention core runs on ``inputs`` (on ``device``).
+    def implementation(self, device: torch.device) -> str:
+        """Which of :attr:`IMPLEMENTATIONS` the attention core runs on ``device``.
 
         ``cfg.attention_impl``: ``"reference"`` the reference in training mode, and in eval mode
         what ``"auto"`` runs (the setting a model was trained with, which a checkpoint keeps,
@@ -278,8 +279,7 @@ class Attention(nn.Module):
         path was named explicitly a warning says so, rather than a hook seeing something else
         under its name. No fast path applies attention dropout either: while it acts
         (:meth:`drops_logits`) the reference runs too, with the same warning when the path was
-        named. A mechanism that ``TRAINS_ON_REFERENCE`` runs its reference whenever a gradient
-        is wanted for ``inputs``.
+        named.
         """
         impl = self.cfg.attention_impl
         if impl == "reference" and not self.training:
@@ -306,8 +306,6 @@ class Attention(nn.Module):
                 warnings.warn(f"attention dropout on the {self.registry_name} logits needs the full [query, key] "
                               f"matrices: in training those layers run the PyTorch reference, not {impl!r}",
                               stacklevel=2)
-            return "reference"
-        if self.TRAINS_ON_REFERENCE and torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
             return "reference"
         return impl
 

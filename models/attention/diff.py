@@ -16,13 +16,14 @@ also works for ``n_heads = 1`` (the ``tiny`` and ``mech`` presets) and keeps eve
 in the shapes the rest of the toolkit expects. ``d_head`` must be divisible by 4 (RoPE
 rotates each view's ``d_head / 2`` dimensions in pairs).
 
-In evaluation (no gradient wanted, no hook inside the attention core) the CPU runs the fused C
-kernel (:func:`kernels.native.diff_attention`, the ``rows`` path); elsewhere, or without a C
-compiler, each view runs through ``scaled_dot_product_attention`` and the two outputs are
-subtracted, ``A^(1) V - lambda A^(2) V`` (:func:`sdpa_attention`). Training and every hooked
-run compute the maps explicitly
-(:func:`diff_reference`). Training keeps the reference, on which the Table 1 runs were trained:
-another path's backward changes the float rounding, and whether a small model learns can hang on it.
+Without a gradient wanted and without a hook inside the attention core the CPU runs the fused C
+kernel (:func:`kernels.native.diff_attention`, the ``rows`` path); in training, on other devices,
+or without a C compiler, each view runs through ``scaled_dot_product_attention`` and the two
+outputs are subtracted, ``A^(1) V - lambda A^(2) V`` (:func:`sdpa_attention`), whose backward is
+SDPA's own, which keeps no ``[query, key]`` map. Every hooked run, attention dropout and ``attention_impl="reference"`` in training compute
+the maps explicitly (:func:`diff_reference`); the Table 1 runs were trained on that reference
+(another path's backward changes the float rounding: ``attention_impl="reference"`` trains them
+as they were).
 
 Compared with the official ``MultiheadDiffAttn`` (``Diff-Transformer/multihead_diffattn.py`` of
 github.com/microsoft/unilm), which we follow in: the head split above, the view scale
@@ -153,7 +154,6 @@ class DiffAttention(Attention):
 
     Options = DiffOptions
     IMPLEMENTATIONS = {"reference": diff_reference, "sdpa": sdpa_attention, "rows": rows_attention}
-    TRAINS_ON_REFERENCE = True  # see the module docstring
     TL_PATTERN_HOOK = "hook_view_1"  # hook_pattern is the signed difference of the views
 
     def __init__(self, cfg, layer: int):
@@ -190,6 +190,6 @@ class DiffAttention(Attention):
                ) -> Float[Tensor, "batch query_pos head d_head"]:
         q1, q2 = (self.rotate(t) for t in q.chunk(2, dim=-1))
         k1, k2 = (self.rotate(t) for t in k.chunk(2, dim=-1))
-        z = self.core(self.implementation(v.device, q, k, v), positions)(q1, k1, q2, k2, v, self.lam())
+        z = self.core(self.implementation(v.device), positions)(q1, k1, q2, k2, v, self.lam())
         # eq. 3: the fixed (1 - lambda_init) factor aligns gradient scale with a softmax Transformer
         return rms_normalise(z, OUTPUT_NORM_EPS) * (1 - self.lambda_init)

@@ -1,0 +1,205 @@
+"""Benchmarks of what a user waits for on a shared machine, behind ``glitchlens bench threads``
+and ``glitchlens bench demo``: the hot paths at one and two threads, each with and without a
+competing busy process that the benchmark starts itself; ``glitchlens --help`` against a bare
+Python start; ``make demo`` with and without the busy process. Every figure is a ratio of two
+times measured in the same run, the rounds interleaved so that a change in the other jobs' load
+falls on both."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+THREADS_CSV = "threads.csv"
+STARTUP_CSV = "startup.csv"
+DEMO_CSV = "demo.csv"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def busy_process() -> Iterator[None]:
+    """A competing process that keeps one core busy (a Python loop) while the block runs."""
+    process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)   # let the scheduler see it
+        yield
+    finally:
+        process.kill()
+        process.wait()
+
+
+def thread_workloads(n: int = 8, seq_len: int = 512) -> dict[str, Callable[[], object]]:
+    """The hot paths timed by :func:`bench_threads`, on ``rope-mech`` and ``n`` iid sequences of
+    ``seq_len`` tokens: the forward (eval mode, no gradients), a training step (forward,
+    backward, AdamW) and the capture of every layer's pattern that ``glitchlens diagnose`` runs
+    (:func:`interp.metrics.capture_maps`)."""
+    import copy
+
+    import torch
+
+    from interp.metrics import capture_maps
+    from interp.tasks import load_split
+    from interp.training.setup import TrainConfig, make_optimizer
+    from models import load_pretrained
+
+    model = load_pretrained("rope-mech")
+    tokens = torch.from_numpy(load_split("iid", n)[:, :seq_len].astype("int64"))
+    trained = copy.deepcopy(model).train()
+    optimizer = make_optimizer(trained, TrainConfig())
+
+    @torch.no_grad()
+    def forward():
+        model(tokens)
+
+    def training_step():
+        loss = trained(tokens, return_type="loss")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return {"forward": forward, "training step": training_step,
+            "diagnose capture": lambda: capture_maps(model, tokens.numpy(), ["pattern"])}
+
+
+def bench_threads(repeats: int = 3, counts: tuple[int, ...] = (1, 2)) -> list[dict]:
+    """Each of :func:`thread_workloads` at each thread count in ``counts``, without and with
+    :func:`busy_process`: one row per (workload, competing process), the best of ``repeats``
+    rounds at each count and the ratio of the last count's time to the first's."""
+    import torch
+
+    workloads = thread_workloads()
+    for run in workloads.values():   # warm-up: first-call allocations and lazy imports
+        run()
+    threads, best = torch.get_num_threads(), {}
+    try:
+        for _ in range(repeats):   # rounds: loads and counts alternate
+            for competing in ("none", "1 busy process"):
+                with busy_process() if competing != "none" else contextlib.nullcontext():
+                    for name, run in workloads.items():
+                        for count in counts:
+                            torch.set_num_threads(count)
+                            start = time.perf_counter()
+                            run()
+                            key = (name, competing, count)
+                            best[key] = min(best.get(key, float("inf")), time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    rows = []
+    for name in workloads:
+        for competing in ("none", "1 busy process"):
+            row = {"workload": name, "competing": competing}
+            row.update({f"{count} threads s": best[name, competing, count] for count in counts})
+            row[f"{counts[-1]}/{counts[0]}"] = best[name, competing, counts[-1]] / best[name, competing, counts[0]]
+            rows.append(row)
+    return rows
+
+
+def child_cpu_seconds(command: list[str], repeats: int) -> tuple[float, float]:
+    """The least CPU seconds (user + system) and wall seconds of ``repeats`` runs of ``command``."""
+    cpu = wall = float("inf")
+    for _ in range(repeats):
+        before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+        subprocess.run(command, stdout=subprocess.DEVNULL, check=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        wall = min(wall, time.perf_counter() - start)
+        cpu = min(cpu, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return cpu, wall
+
+
+def bench_startup(repeats: int = 7) -> list[dict]:
+    """``glitchlens --help`` (``python -m interp.cli --help``) against a bare ``python -c pass``,
+    runs alternating: CPU seconds (what the start costs, whatever the load) and wall seconds."""
+    commands = {"python -c pass": [sys.executable, "-c", "pass"],
+                "glitchlens --help": [sys.executable, "-m", "interp.cli", "--help"]}
+    best = {name: (float("inf"), float("inf")) for name in commands}
+    for _ in range(repeats):
+        for name, command in commands.items():
+            cpu, wall = child_cpu_seconds(command, 1)
+            best[name] = (min(best[name][0], cpu), min(best[name][1], wall))
+    bare = best["python -c pass"]
+    return [{"command": name, "cpu_s": cpu, "wall_s": wall, "cpu_ratio": cpu / bare[0], "wall_ratio": wall / bare[1]}
+            for name, (cpu, wall) in best.items()]
+
+
+def bench_demo(root: Path = ROOT) -> list[dict]:
+    """``make demo`` once without and once with :func:`busy_process`, each into a folder of its
+    own that is deleted afterwards: wall seconds and the ratio to the first. Slow (minutes each)."""
+    rows = []
+    for competing in ("none", "1 busy process"):
+        with tempfile.TemporaryDirectory() as tmp, \
+                busy_process() if competing != "none" else contextlib.nullcontext():
+            start = time.perf_counter()
+            subprocess.run(["make", "-C", str(root), "demo", f"DEMO={tmp}/demo"], check=True,
+                           stdout=subprocess.DEVNULL)
+            rows.append({"competing": competing, "wall_s": time.perf_counter() - start})
+    for row in rows:
+        row["ratio"] = row["wall_s"] / rows[0]["wall_s"]
+    return rows
+
+
+def write_rows(out: str, name: str, rows: list[dict]) -> None:
+    """``rows`` as the CSV ``out/name``, through the staged writer (only over a file it wrote)."""
+    import pandas as pd
+
+    from interp.outputs import staged
+
+    with staged(out, overwrite=True, names=(name,)) as stage:
+        pd.DataFrame(rows).to_csv(stage / name, index=False)
+
+
+# What `glitchlens bench threads --out runs/bench` and `glitchlens bench demo --out runs/bench` wrote.
+BENCH_DIR = "runs/bench"
+
+
+def load_markdown(root: Path = ROOT) -> str:
+    """The block of docs/results/benchmarks.md: the thread ratios, the start-up ratio and, once
+    measured, ``make demo``'s, each read from its CSV under :data:`BENCH_DIR`."""
+    import pandas as pd
+
+    threads = pd.read_csv(root / BENCH_DIR / THREADS_CSV)
+    ratio = [c for c in threads.columns if "/" in c][0]
+    lines = [f"| workload | competing process | {' | '.join(c for c in threads.columns if c.endswith(' s'))} | {ratio} |",
+             "|---|---|" + "---|" * (len(threads.columns) - 2)]
+    lines += [f"| {r['workload']} | {r['competing']} | "
+              + " | ".join(f"{r[c]:.3f}" for c in threads.columns if c.endswith(" s")) + f" | {r[ratio]:.2f} |"
+              for _, r in threads.iterrows()]
+    startup = pd.read_csv(root / BENCH_DIR / STARTUP_CSV).set_index("command")
+    help_row = startup.loc["glitchlens --help"]
+    lines += ["", f"`glitchlens --help` costs {help_row.cpu_ratio:.1f}x the CPU time of a bare `python -c pass` "
+                  f"({help_row.cpu_s * 1000:.0f} ms against {startup.loc['python -c pass'].cpu_s * 1000:.0f} ms) "
+                  f"and {help_row.wall_ratio:.1f}x its wall time."]
+    demo = root / BENCH_DIR / DEMO_CSV
+    if demo.exists():
+        frame = pd.read_csv(demo).set_index("competing")
+        lines += ["", f"`make demo` took {frame.wall_s['none']:.0f} s without and {frame.wall_s['1 busy process']:.0f} s "
+                      f"with a competing busy process: {frame.ratio['1 busy process']:.2f}x."]
+    else:
+        lines += ["", "`make demo` with and without a competing busy process (`glitchlens bench demo --out "
+                      "runs/bench`) has not been measured on the committed code."]
+    return "\n".join(lines) + "\n"
+
+
+def run(what: str, args) -> list[tuple[str, list[dict]]]:
+    """The tables of ``glitchlens bench threads`` or ``bench demo``, each with its title, the CSVs
+    written to ``args.out`` when given."""
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    if what == "demo":
+        rows = bench_demo()
+        if args.out:
+            write_rows(args.out, DEMO_CSV, rows)
+        return [(f"make demo without and with a competing busy process, {os.cpu_count()} CPUs, load average "
+                 f"{load} at the end", rows)]
+    threads, startup = bench_threads(args.repeats), bench_startup()
+    if args.out:
+        write_rows(args.out, THREADS_CSV, threads)
+        write_rows(args.out, STARTUP_CSV, startup)
+    return [(f"rope-mech, 8 iid sequences of 512 tokens, best of {args.repeats} interleaved rounds, {os.cpu_count()} "
+             f"CPUs, load average {load} at the end (the ratio: 2 threads' time over 1 thread's)", threads),
+            ("start-up: glitchlens --help against a bare python -c pass, best of 7 alternating runs", startup)]
