@@ -15,6 +15,7 @@ import matplotlib.image
 import numpy as np
 import plotly.graph_objects as go
 import pytest
+import torch
 
 from interp import plots
 from support import chromium, needs_chromium, plot_gallery
@@ -139,3 +140,83 @@ def test_the_diagnosis_report_fits_a_1400_px_window(tda_report, tmp_path):
              f"--screenshot={shot}", tda_report.as_uri())
     pixels = (matplotlib.image.imread(shot) * 255).astype(np.uint8)
     assert pixels.shape[:2] == (layout["height"], WINDOW_PX) and drawn(pixels)
+
+
+# --- The glitch browser: click a glitch, read what the page shows -------------------------------
+
+# After the page has run: clicks the first glitch that has details, hovers its query token, and
+# writes onto <html> what the page then shows (for --dump-dom).
+CLICK_PROBE = """<script>
+addEventListener("error", e => document.documentElement.setAttribute("data-error", e.message));
+addEventListener("load", () => {
+  const root = document.documentElement;
+  const listed = [...document.querySelectorAll("nav button")];
+  const button = listed.find(b => !b.disabled);
+  button.click();
+  document.querySelector(".tokens span.query").dispatchEvent(new MouseEvent("mouseover", {bubbles: true}));
+  const rows = table => [...table.querySelectorAll("tr")].slice(1).map(tr => [...tr.cells].map(td => td.textContent));
+  root.setAttribute("data-shown", JSON.stringify({
+    clicked: button.textContent, selected: button.classList.contains("selected"),
+    listed: listed.length, detailed: listed.filter(b => !b.disabled).length,
+    splits: [...document.querySelectorAll("nav h2")].map(h => h.textContent),
+    title: document.getElementById("glitch-title").textContent,
+    tokens: [...document.querySelectorAll(".tokens span")].map(s => [s.textContent, s.title]),
+    maps: Object.fromEntries([...document.querySelectorAll("table.map")].map(t => [t.dataset.map, rows(t)])),
+    dla: rows(document.querySelector("table.dla")), patching: rows(document.querySelector("table.patching")),
+    hovered: document.getElementById("hovered").textContent}));
+});
+</script>"""
+
+
+def shown_after_a_click(page, tmp_path) -> dict:
+    probed = tmp_path / "clicked.html"
+    probed.write_text(page.read_text().replace("</body>", CLICK_PROBE + "</body>", 1))
+    dom = chromium(tmp_path, "--virtual-time-budget=10000", "--dump-dom", probed.as_uri()).stdout
+    root = re.search(r"<html([^>]*)>", dom)[1]
+    assert "data-error" not in root, html.unescape(root)
+    return json.loads(html.unescape(re.search(r'data-shown="([^"]*)"', root)[1]))
+
+
+def test_clicking_a_glitch_shows_its_attention_dla_and_patching(tmp_path):
+    """A tiny untrained model of the parity task (``tests/plugin_tasks.py``): the page lists the
+    glitches of both splits; a click on the first shows its tokens (hoverable), every layer's and
+    head's row of each attention hook at its position, and its DLA and patching, as the
+    diagnosis computed them."""
+    from plugin_tasks import ParityTask
+
+    import models
+    from interp.diagnose import diagnose
+    from interp.diagnose.browser import PER_SPLIT
+    from interp.tasks import registry
+
+    saved = dict(registry._TASKS)
+    registry.register_task(ParityTask())
+    try:
+        torch.manual_seed(0)
+        model = models.build_model(models.ModelConfig.from_preset("rope", "tiny", n_heads=2, d_vocab=3, n_ctx=18))
+        checkpoint = models.save(tmp_path / "ckpt", model, training={"config": {"task": "parity"}, "step": 0})
+        result = diagnose(checkpoint, tmp_path / "out", n=16)
+    finally:
+        registry._TASKS.clear()
+        registry._TASKS.update(saved)
+    page = result.files["browser"]
+    source = page.read_text()
+    assert not re.search(r"""(src|href)=["']?https?:""", source)   # nothing from the network
+    shown = shown_after_a_click(page, tmp_path)
+    glitch = result.metrics["at_glitch"]
+    counts = result.glitches.split.value_counts()
+    assert shown["splits"] == [f"{split}: {counts[split]} glitches" for split in ("iid", "long")]
+    detailed = sum(min(count, PER_SPLIT) for count in counts)
+    assert shown["listed"] == len(result.glitches) > detailed == shown["detailed"] and shown["selected"]
+    assert shown["title"].startswith(f"{glitch['split']}, sequence {glitch['seq']}, position {glitch['position']}: "
+                                     f"right answer {glitch['target']}, predicted {glitch['predicted']}")
+    tokens = ParityTask().load_split(glitch["split"], glitch["seq"] + 1)[glitch["seq"], :glitch["position"] + 1]
+    assert [t for t, _ in shown["tokens"]] == ParityTask().labels(tokens)
+    assert shown["tokens"][-1][1] == shown["hovered"] == f"position {glitch['position']}: ?"
+    assert set(shown["maps"]) == {"pattern", "attn_scores", "attn_logits"}
+    assert [row[0] for row in shown["maps"]["pattern"]] == ["L0 H0", "L0 H1", "L1 H0", "L1 H1"]
+    # the keys each head weighs most, as the report's table names them
+    keys = lambda text: [key.rsplit(" ", 1)[0] for key in text.split(", ")]    # "position (token)"
+    assert [keys(row[2]) for row in shown["maps"]["pattern"]] == [keys(h["keys"]) for h in glitch["heads"]]
+    assert [[c, float(v)] for c, v in shown["dla"]] == glitch["dla"]
+    assert [[c, float(v)] for c, v in shown["patching"]] == glitch["patching"]
