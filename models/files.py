@@ -20,8 +20,6 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-import numpy as np
-
 MANIFEST = ".glitchlens-outputs.json"
 MAX_INPUT_BYTES = 4 << 30        # data, weights: far above any file GlitchLens writes
 MAX_JSON_BYTES = 64 << 20        # config.json, result.json, captions.json, the manifest
@@ -74,6 +72,8 @@ def read_bytes(path: str | os.PathLike, what: str = "input", max_bytes: int = MA
 def json_depth(data: bytes) -> int:
     """How deep the arrays and objects of the JSON text ``data`` nest (brackets inside strings
     do not count)."""
+    import numpy as np   # here: the CLI's parser imports this module, and --help should not wait for numpy
+
     brackets = np.frombuffer(_JSON_STRING.sub(b'""', data), dtype=np.uint8)
     steps = np.select([np.isin(brackets, list(b"[{")), np.isin(brackets, list(b"]}"))], [1, -1], 0)
     return int(np.cumsum(steps).max(initial=0))

@@ -1,11 +1,11 @@
 """``glitchlens --help`` answers at once: building the CLI parser imports none of the heavy
-libraries (torch, pandas, transformers, datasets, matplotlib, TransformerLens); each command
+libraries (torch, numpy, pandas, transformers, datasets, matplotlib, TransformerLens); each command
 imports what it runs. How long it takes, against a bare Python start: ``glitchlens bench threads``."""
 
 import subprocess
 import sys
 
-HEAVY = ("torch", "pandas", "transformers", "datasets", "matplotlib", "transformer_lens", "plotly", "scipy")
+HEAVY = ("torch", "numpy", "pandas", "transformers", "datasets", "matplotlib", "transformer_lens", "plotly", "scipy")
 
 
 def test_the_parser_imports_no_heavy_library():
