@@ -76,6 +76,24 @@ GPU_PYTHON ?= python3
 gpu-kernels:
 	$(GPU_PYTHON) -m kernels.gpu_check
 
+# A campaign on one GPU (docs/how-to/run-on-a-gpu.md "A campaign"): the runs of CAMPAIGN_PLAN not done yet, in
+# its order, the seeds of a configuration batched into one model, CAMPAIGN_JOBS configurations at once, ended
+# within CAMPAIGN_S seconds (unfinished runs stopped at a checkpoint; the same command resumes them). It runs the
+# machine's own python3 (no setup) and writes CAMPAIGN_OUT/campaign.jsonl (steps per second per group) and
+# CAMPAIGN_OUT/results.tar (the result.json files it wrote, at their paths in the repository).
+CAMPAIGN_PLAN ?= interp/studies/plans/h200.json
+CAMPAIGN_OUT ?= runs/campaign/out
+CAMPAIGN_S ?= 480
+CAMPAIGN_JOBS ?= 8
+.PHONY: gpu-campaign gpu-campaign-estimate
+gpu-campaign:
+	$(GPU_PYTHON) -m interp.cli campaign $(CAMPAIGN_PLAN) --device cuda --budget-s $(CAMPAIGN_S) \
+	    --jobs $(CAMPAIGN_JOBS) --out $(CAMPAIGN_OUT)
+
+gpu-campaign-estimate:
+	$(GPU_PYTHON) -m interp.cli campaign $(CAMPAIGN_PLAN) --device cuda --budget-s $(CAMPAIGN_S) \
+	    --jobs $(CAMPAIGN_JOBS) --out $(CAMPAIGN_OUT) --estimate
+
 # The reference pages of docs/reference/ (API, commands, hooks, environment variables and tolerances),
 # generated from the code; `$(BIN)/python -m interp.docs.reference --check` names the stale ones.
 .PHONY: docs

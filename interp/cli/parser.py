@@ -73,14 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
     from interp.studies.specimens import ENTRIES
     from interp.training.recipes import DEFAULT_RECIPE, RECIPES
     from models import PRESETS
-    from models.mechanisms import model_names
+    from models.mechanisms import MODEL_FAMILIES
     from models.config import ATTENTION_IMPLS, INIT_SCHEMES, NORM_PLACEMENTS
     from models.pretrained import PRETRAINED_DIR
 
     parser = argparse.ArgumentParser(prog="glitchlens", formatter_class=HelpFormatter,
                                      description="Train, evaluate and diagnose small transformers on the flip-flop "
                                                  "language. Each command is a thin layer over a library call.")
-    parser.add_argument("--version", action="version", version=f"glitchlens {_version()}")
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 help="one of these; `glitchlens COMMAND --help` lists its options")
 
@@ -114,9 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists (without it, that is an error)")
 
     p = command("train", "train a model on a flip-flop task and save a checkpoint")
-    p.add_argument("--model", choices=model_names(), default=None,
-                   help="architecture: attention mechanism and position embedding (models/config.py), or a "
-                        "mechanism of your own (--mechanism); required, except with --resume, where the checkpoint "
+    p.add_argument("--model", type=model_name, default=None, metavar="MODEL",
+                   help=f"architecture: attention mechanism and position embedding (models/config.py): "
+                        f"{', '.join(MODEL_FAMILIES)}, or a mechanism of your own (--mechanism, or an installed "
+                        "package's glitchlens.mechanisms entry point); required, except with --resume, where the checkpoint "
                         "in --out records it and every other setting")
     p.add_argument("--preset", choices=list(PRESETS), default="tiny",
                    help="sizes (layers x heads, d_model): " + "; ".join(
@@ -331,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "configuration batched into one model, several configurations at once, within a time "
                             "budget (interp/studies/campaign.py; docs/how-to/run-on-a-gpu.md \"A campaign\")")
     p.add_argument("plan", help="the plan: a JSON file of entries naming the studies' runs, in the order to train "
-                                "them (e.g. runs/campaign/plan-h200.json)")
+                                "them (e.g. interp/studies/plans/h200.json)")
     p.add_argument("--out", type=output_path, required=True,
                    help="directory for campaign.jsonl (each group's steps per second) and results.tar (the "
                         "result.json files written); the runs go to their sweeps' directories")
@@ -455,6 +456,27 @@ def build_parser() -> argparse.ArgumentParser:
                         "r1-checkpoints: the checkpoint study, a training run)")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr while measuring")
     return parser
+
+
+def model_name(text: str) -> str:
+    """argparse type of ``--model``: a model name, a plugin's found through the installed entry
+    points only when it is not a built-in one (reading them costs ``--help`` a third of its start)."""
+    from models.mechanisms import find_mechanism, unknown_model
+
+    if not find_mechanism(text):
+        raise argparse.ArgumentTypeError(unknown_model(text))
+    return text
+
+
+class VersionAction(argparse.Action):
+    """``--version``: prints the installed version, read from the package metadata only when asked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show the installed version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.exit(message=f"glitchlens {_version()}\n")
 
 
 def _version() -> str:

@@ -199,13 +199,20 @@ STUDIES = {"app-a": app_a_runs, "app-a-extended": app_a_extended_runs, "tda-thre
 EVALUATIONS = {"sharpening": sharpening_evaluation, "cope-tasks": task_evaluation}
 
 
-def run_study_one(study: str, name: str, run: Specimen, out: str) -> dict:
-    """Train and evaluate one run of a study; return its result (read from disk if done)."""
+def study_run(name: str, run: Specimen) -> tuple:
+    """The ``(ModelConfig, TrainConfig)`` a study's run ``name`` trains with, its quick checks and
+    checkpoints included, and what its ``result.json`` records before the evaluation."""
     model_cfg, train_cfg = run.configs()
     train_cfg = replace(train_cfg, eval_every=200, eval_n=QUICK_EVAL_N, checkpoint_every=100)
     header = {"name": name, "model": run.model, "seed": run.training["seed"], "seq_len": train_cfg.seq_len,
               "regulariser": train_cfg.regulariser, "reg_coef": train_cfg.reg_coef, "command": run.command()}
-    return train_and_evaluate(Path(out) / "runs" / name, (model_cfg, train_cfg), header, EVAL_N,
+    return (model_cfg, train_cfg), header
+
+
+def run_study_one(study: str, name: str, run: Specimen, out: str) -> dict:
+    """Train and evaluate one run of a study; return its result (read from disk if done)."""
+    configs, header = study_run(name, run)
+    return train_and_evaluate(Path(out) / "runs" / name, configs, header, EVAL_N,
                               EVALUATIONS.get(study, flipflop_evaluation))
 
 

@@ -110,8 +110,12 @@ def run_one(model: str, seed: int, scale: Scale, out: str, device: str = "cpu") 
     done). The result names the device: runs of one configuration differ between devices by
     float rounding."""
     return train_and_evaluate(Path(out) / "runs" / run_name(model, seed), configs(model, seed, scale),
-                              {"model": model, "seed": seed, "scale": asdict(scale), "device": device},
-                              scale.eval_n, device=device)
+                              table1_header(model, seed, scale, device), scale.eval_n, device=device)
+
+
+def table1_header(model: str, seed: int, scale: Scale, device: str) -> dict:
+    """What a Table 1 run's ``result.json`` records before its evaluation."""
+    return {"model": model, "seed": seed, "scale": asdict(scale), "device": device}
 
 
 def flipflop_evaluation(model, train_cfg, eval_n: int | None) -> dict:
@@ -143,11 +147,18 @@ def train_and_evaluate(run_dir: Path, run_configs: tuple, header: dict, eval_n: 
     torch.set_num_threads(1)
     model_cfg, train_cfg = run_configs
     trained = train(model_cfg, train_cfg, run_dir, resume=True, progress=False, device=device)
+    return write_result(run_dir, trained, train_cfg, header, eval_n, evaluate)
+
+
+def write_result(run_dir: Path, trained, train_cfg, header: dict, eval_n: int | None, evaluate=flipflop_evaluation
+                 ) -> dict:
+    """Evaluate a run's trained model and write its ``result.json`` atomically: ``header``, the
+    learning curve of its ``log.jsonl`` and the evaluation (the sweeps' and the campaign's one schema)."""
     result = {**header, "learning_curve": learning_curve(run_dir), **evaluate(trained, train_cfg, eval_n)}
     fd, tmp = new_file(run_dir, ".result.", ".tmp")   # never through a link planted at a fixed name
     with os.fdopen(fd, "w") as file:
         file.write(json.dumps(result, indent=2))
-    os.replace(tmp, result_file)
+    os.replace(tmp, run_dir / "result.json")
     return result
 
 

@@ -166,13 +166,7 @@ def _run_steps(run: Run, model_cfg: ModelConfig, cfg: TrainConfig, out: Path, pr
         reg_hooks = [(f"blocks.{layer}.attn.hook_pattern", lambda a, hook: patterns.append(a))
                      for layer in range(model_cfg.n_layers)]
     max_grad_norm = math.inf if cfg.grad_clip is None else cfg.grad_clip
-    if not run.resumed:  # all checks passed: a fresh run starts a fresh log, never mixed with a replaced run's
-        check_free(out, [log_file.name], overwrite)   # a log.jsonl of the user's is never deleted unasked
-        log_file.unlink(missing_ok=True)
-        open_append(log_file).close()   # there from the start, for `tail -f`
-        record_written(out, [log_file.name])
-    else:  # steps logged after the checkpoint (the process was killed) are run and logged again
-        _trim_log(log_file, start)
+    start_log(log_file, run.resumed, start, overwrite)
 
     bar = tqdm(range(start, stop), initial=start, total=cfg.steps, disable=not progress,
                desc=f"train {model_cfg.model}", dynamic_ncols=True)
@@ -251,6 +245,20 @@ def quick_eval(model, n: int, task: str = "flipflop", progress: bool = False) ->
 def format_quick_eval(results: dict[str, dict]) -> str:
     return "  ".join(f"{name}: read acc {1 - r['error_rate']:.4f}, seq acc {r['sequence_accuracy']:.3f}"
                      for name, r in results.items())
+
+
+def start_log(log_file: Path, resumed: bool, start: int, overwrite: bool) -> None:
+    """A run's ``log.jsonl`` before its first step: once all checks passed, a fresh run starts a
+    fresh log, never mixed with a replaced run's; a resumed run drops the steps logged after its
+    checkpoint (the process was killed), which it runs and logs again."""
+    out = log_file.parent
+    if not resumed:
+        check_free(out, [log_file.name], overwrite)   # a log.jsonl of the user's is never deleted unasked
+        log_file.unlink(missing_ok=True)
+        open_append(log_file).close()   # there from the start, for `tail -f`
+        record_written(out, [log_file.name])
+    else:
+        _trim_log(log_file, start)
 
 
 def _trim_log(path: Path, step: int) -> None:

@@ -1,0 +1,481 @@
+"""``glitchlens campaign PLAN --out DIR``: many runs of the studies on one device, as fast as it goes.
+
+A plan (a JSON file, docs/how-to/run-on-a-gpu.md "A campaign") is a list of entries in the order
+of what each settles; each entry names runs of the studies by the studies' own definitions, so
+they train into the studies' usual directories under their usual names and their ``result.json``
+is the sweeps' own (:func:`interp.studies.reproduce.write_result`): ``glitchlens claims`` and
+``glitchlens reproduce ... --report-only`` read them as if the sweep had trained them.
+
+Entry keys: ``out`` (the sweep's directory, e.g. ``runs/cope-tasks``, required), ``settles`` (a
+note), and one of
+
+- ``"study": "table1"`` with ``models``, ``seeds``, ``steps`` and ``scale`` (default ``cpu``): the runs of
+  ``glitchlens reproduce table1 --scale SCALE --steps STEPS`` (named ``MODEL-seedSEED``);
+- ``"study": "cope-tasks"`` with ``tasks``, ``models``, ``seeds`` and ``steps``: the study's runs
+  (:func:`interp.studies.cope_tasks.cope_task_run`) over that grid, named ``TASK-MODEL-seedSEED``;
+- ``"study": NAME`` of any other ``glitchlens reproduce`` study, with ``match`` (a glob or a list of
+  them over its run names; default all);
+- ``"specimens": [NAME, ...]``: pretrained entries (``glitchlens pretrained list``) trained as runs
+  named after them, evaluated on the full splits.
+
+Runs that already have a ``result.json`` are done and skipped. The others are grouped: the runs of
+one configuration but for the seed train as one batched model (:mod:`interp.training.batched`);
+a configuration that cannot be batched (:func:`interp.training.batched.unbatchable`), or whose
+kernels have no batching rule even on the reference path, trains one process per seed
+(:func:`interp.studies.reproduce.train_and_evaluate`), and the log says which and why. ``jobs``
+groups train at once, each in a process of its own, in plan order.
+
+``--budget-s``: the campaign ends within that many seconds. Training stops ``reserve_s`` before
+the end, each unfinished run at a checkpoint (and the same command resumes it); a run that
+finished is evaluated and reported, an unfinished one is not. No group starts after the training
+deadline, so a plan that does not fit is cut from its end. ``--estimate`` measures each group's
+steps per second on the device (a few steps in a scratch folder of ``--out``) and prints what fits.
+
+What ``--out`` receives: ``campaign.jsonl`` (one record per group: its runs, whether batched,
+steps, seconds, steps per second, runs x steps per second, the runs finished) and
+``results.tar`` (each ``result.json`` this campaign wrote, at its path from the current directory).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import io
+import json
+import os
+import shutil
+import signal
+import tarfile
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from interp.outputs import open_append, read_json, record, staged, writable_dir
+
+LOG_FILE = "campaign.jsonl"
+TAR_FILE = "results.tar"
+ENTRY_KEYS = {"out", "settles", "study", "specimens", "match", "models", "tasks", "seeds", "steps", "scale"}
+GRID_KEYS = {"table1": {"models", "seeds", "steps", "scale"}, "cope-tasks": {"tasks", "models", "seeds", "steps"}}
+PROBE_STEPS = 6   # steps a group trains in --estimate (the first, with its start-up, is not timed)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of a plan: its sweep directory and name, its configs, what its ``result.json``
+    records before the evaluation, and the evaluation (a study name of
+    ``interp.studies.registry.EVALUATIONS``, else flip-flop's) on the first ``eval_n`` sequences."""
+    entry: int
+    sweep: str
+    name: str
+    model_cfg: Any
+    train_cfg: Any
+    header: dict
+    eval_n: int | None
+    evaluation: str
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.sweep) / "runs" / self.name
+
+
+@dataclass(frozen=True)
+class Group:
+    """Runs trained together: the seeds of one configuration (``unbatched`` None), or one run alone
+    (``unbatched``: why it cannot be batched)."""
+    runs: tuple[PlannedRun, ...]
+    unbatched: str | None
+
+    @property
+    def label(self) -> str:
+        first = self.runs[0]
+        seeds = ",".join(str(r.train_cfg.seed) for r in self.runs)
+        return f"{first.sweep}/{first.name.rsplit('-seed', 1)[0]} seeds {seeds}"
+
+
+def read_plan(path: str | os.PathLike) -> list[dict]:
+    """The entries of the plan file ``path``, each checked for its keys; a ValueError naming the
+    entry and what is wrong."""
+    plan = read_json(path, "campaign plan")
+    entries = plan.get("entries") if isinstance(plan, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ValueError(f"{path}: a campaign plan is a JSON object whose \"entries\" is a list of objects "
+                         "(docs/how-to/run-on-a-gpu.md \"A campaign\")")
+    for number, entry in enumerate(entries):
+        unknown = sorted(set(entry) - ENTRY_KEYS)
+        where = f"{path}: entry {number}"
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {unknown}; an entry takes {sorted(ENTRY_KEYS)}")
+        if not isinstance(entry.get("out"), str) or not entry["out"].strip():
+            raise ValueError(f"{where}: \"out\" must name the sweep's directory, e.g. \"runs/cope-tasks\"")
+        if ("study" in entry) == ("specimens" in entry):
+            raise ValueError(f"{where}: name either a \"study\" or \"specimens\"")
+        grid = sorted(set(entry) & {"models", "tasks", "seeds", "steps", "scale"})
+        allowed = GRID_KEYS.get(entry.get("study"), set())
+        if grid and not set(grid) <= allowed:
+            raise ValueError(f"{where}: {grid} are grid keys of the table1 and cope-tasks studies only "
+                             f"({entry.get('study') or 'specimens'} takes {sorted(allowed) or 'none'})")
+    return entries
+
+
+def entry_runs(entry: dict, number: int, device: str) -> list[PlannedRun]:
+    """The runs entry ``number`` of a plan names, in the order the study trains them."""
+    from interp.studies.registry import EVAL_N, STUDIES, study_run
+    from interp.studies.specimens import entry as pretrained_entry
+
+    out = entry["out"]
+    if "specimens" in entry:
+        names = entry["specimens"] if isinstance(entry["specimens"], list) else [entry["specimens"]]
+        return [_study_run(number, out, name, pretrained_entry(name).specimen, None, "specimens", study_run)
+                for name in names]
+    study = entry["study"]
+    if study == "table1":
+        return _table1_runs(entry, number, device)
+    if study == "cope-tasks" and set(entry) & GRID_KEYS["cope-tasks"]:
+        from interp.studies import cope_tasks
+
+        steps = _int(entry, "steps", cope_tasks.STEPS)
+        runs = {}
+        for task in _names(entry, "tasks", cope_tasks.TASKS):
+            for seed in _ints(entry, "seeds", cope_tasks.SEEDS):
+                for model in _names(entry, "models", cope_tasks.MODELS):
+                    run = cope_tasks.cope_task_run(task, model, seed)
+                    runs[f"{task}-{model}-seed{seed}"] = replace(run, training={**run.training, "steps": steps})
+    elif study in STUDIES:
+        patterns = entry.get("match", "*")
+        patterns = patterns if isinstance(patterns, list) else [patterns]
+        runs = {name: run for name, run in STUDIES[study]().items()
+                if any(fnmatch.fnmatchcase(name, p) for p in patterns)}
+    else:
+        raise ValueError(f"entry {number}: unknown study {study!r}; choose table1 or one of {', '.join(STUDIES)}")
+    return [_study_run(number, out, name, run, EVAL_N, study, study_run) for name, run in runs.items()]
+
+
+def _study_run(number: int, out: str, name: str, run, eval_n: int | None, study: str, study_run) -> PlannedRun:
+    (model_cfg, train_cfg), header = study_run(name, run)
+    return PlannedRun(number, out, name, model_cfg, train_cfg, header, eval_n, study)
+
+
+def _table1_runs(entry: dict, number: int, device: str) -> list[PlannedRun]:
+    from interp.studies.reproduce import SCALES, TABLE1_MODELS, configs, run_name, table1_header
+
+    if entry.get("scale", "cpu") not in SCALES:
+        raise ValueError(f"entry {number}: unknown scale {entry.get('scale')!r}; choose one of {', '.join(SCALES)}")
+    scale = SCALES[entry.get("scale", "cpu")]
+    scale = replace(scale, steps=_int(entry, "steps", scale.steps))
+    return [PlannedRun(number, entry["out"], run_name(model, seed), *configs(model, seed, scale),
+                       table1_header(model, seed, scale, device), scale.eval_n, "table1")
+            for seed in _ints(entry, "seeds", (0, 1, 2)) for model in _names(entry, "models", TABLE1_MODELS)]
+
+
+def _names(entry: dict, key: str, default) -> tuple[str, ...]:
+    value = entry.get(key, list(default))
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"\"{key}\" must be a list of names, got {value!r}")
+    return tuple(value)
+
+
+def _ints(entry: dict, key: str, default) -> tuple[int, ...]:
+    value = entry.get(key, list(default))
+    if not isinstance(value, list) or not all(type(v) is int and v >= 0 for v in value):
+        raise ValueError(f"\"{key}\" must be a list of integers >= 0, got {value!r}")
+    return tuple(value)
+
+
+def _int(entry: dict, key: str, default: int) -> int:
+    value = entry.get(key, default)
+    if type(value) is not int or value < 1:
+        raise ValueError(f"\"{key}\" must be an integer >= 1, got {value!r}")
+    return value
+
+
+def plan_groups(entries: list[dict], device: str) -> tuple[list[Group], list[str]]:
+    """The groups of the runs of ``entries`` not done yet, in plan order (a group where its first run
+    is), and a line for each entry that names nothing trainable here (an unknown model, say: the
+    campaign goes on without it)."""
+    from interp.training.batched import unbatchable
+
+    runs, skipped, seen = [], [], set()
+    for number, entry in enumerate(entries):
+        try:
+            named = entry_runs(entry, number, device)
+        except ValueError as err:
+            skipped.append(f"entry {number} ({entry.get('settles', entry.get('study'))}) skipped: {err}")
+            continue
+        for run in named:
+            if run.run_dir not in seen and not (run.run_dir / "result.json").exists():
+                seen.add(run.run_dir)
+                runs.append(run)
+    keyed: dict[str, list[PlannedRun]] = {}
+    for run in runs:
+        why = unbatchable(run.model_cfg, run.train_cfg)
+        key = (f"{run.run_dir}" if why else
+               json.dumps([run.sweep, run.eval_n, run.evaluation, run.model_cfg.to_dict(),
+                           dataclasses.asdict(replace(run.train_cfg, seed=0))], sort_keys=True, default=str))
+        keyed.setdefault(key, []).append(run)
+    groups = [Group(tuple(members), unbatchable(members[0].model_cfg, members[0].train_cfg))
+              for members in keyed.values()]
+    return groups, skipped
+
+
+def _evaluation(name: str):
+    from interp.studies.registry import EVALUATIONS
+    from interp.studies.reproduce import flipflop_evaluation
+
+    return EVALUATIONS.get(name, flipflop_evaluation)
+
+
+def train_group(group: Group, device: str, deadline: float | None, checkpoint_s: float, log: str,
+                campaign_id: float) -> dict:
+    """Train and evaluate ``group`` (batched, or run by run), append its record to ``log`` and return it."""
+    import torch
+
+    torch.set_num_threads(1)
+    record_ = {"campaign": campaign_id, "group": group.label, "runs": [str(r.run_dir) for r in group.runs],
+               "device": device, "batched": group.unbatched is None, "why_not_batched": group.unbatched,
+               "finished": [], "steps_run": 0, "seconds": 0.0, "seeds_per_step": 1}
+    try:
+        if deadline is not None and time.time() >= deadline:
+            record_["status"] = "not started: the training deadline had passed"
+        else:
+            record_["status"] = "interrupted before its first step"   # until a step says otherwise
+            if group.unbatched is None:
+                _train_batched_group(group, device, deadline, checkpoint_s, record_)
+            if not record_["batched"]:
+                _train_apart(group, device, record_)
+    finally:   # also when interrupted: the log says how far each group came
+        seconds = record_["seconds"]
+        record_["steps_per_s"] = record_["steps_run"] / seconds if seconds else None
+        record_["run_steps_per_s"] = record_["steps_run"] * record_["seeds_per_step"] / seconds if seconds else None
+        with open_append(Path(log)) as f:
+            f.write(json.dumps(record_) + "\n")
+    return record_
+
+
+def _train_batched_group(group: Group, device: str, deadline: float | None, checkpoint_s: float,
+                         record_: dict) -> None:
+    from interp.studies.reproduce import write_result
+    from interp.training.batched import BatchStopped, SeedRun, train_batched
+
+    seeds = [SeedRun(r.run_dir, r.train_cfg) for r in group.runs]
+    model_cfg = group.runs[0].model_cfg
+    for impl in dict.fromkeys([model_cfg.attention_impl, "reference"]):   # custom kernels may lack a batching rule
+        try:
+            outcome = train_batched(model_cfg, seeds, device, deadline, checkpoint_s, impl=impl)
+        except BatchStopped as stopped:
+            record_.update(status=f"stopped at step {stopped.step} (checkpoints saved)", impl=impl,
+                           seeds_per_step=len(seeds), steps_run=stopped.steps_run, seconds=stopped.step_seconds)
+            return
+        except (KeyboardInterrupt, ValueError):
+            raise
+        except Exception as err:   # vmap refused this implementation's kernels (a RuntimeError, or a kernel's own)
+            record_.setdefault("vmap_errors", []).append(f"{impl}: {str(err).splitlines()[0][:300]}")
+            continue
+        record_.update(status="trained", impl=impl, seeds_per_step=len(seeds), steps_run=outcome.steps_run,
+                       seconds=outcome.step_seconds, diverged=outcome.diverged)
+        for run in group.runs:
+            if str(run.run_dir) in outcome.trained:
+                write_result(run.run_dir, outcome.trained[str(run.run_dir)], run.train_cfg, run.header, run.eval_n,
+                             _evaluation(run.evaluation))
+                record_["finished"].append(str(run.run_dir / "result.json"))
+        return
+    record_.update(status="unbatched", batched=False,
+                   why_not_batched="vmap has no batching rule for its kernels: " + "; ".join(record_["vmap_errors"]))
+
+
+def _train_apart(group: Group, device: str, record_: dict) -> None:
+    """Each run alone, one after another (the sweeps' own :func:`train_and_evaluate`)."""
+    from interp.studies.reproduce import train_and_evaluate
+    from interp.training.setup import TrainingInterrupted
+
+    t0 = time.time()
+    record_["status"] = "trained apart"
+    for run in group.runs:
+        try:
+            train_and_evaluate(run.run_dir, (run.model_cfg, run.train_cfg), run.header, run.eval_n,
+                               _evaluation(run.evaluation), device=device)
+        except TrainingInterrupted as stopped:
+            record_["status"] = f"stopped at step {stopped.step} (checkpoint saved)"
+            break
+        finally:
+            steps, seconds = _logged_training(run.run_dir, t0)
+            record_["steps_run"] += steps
+            record_["seconds"] += seconds
+        record_["finished"].append(str(run.run_dir / "result.json"))
+
+
+def _logged_training(run_dir: Path, since: float) -> tuple[int, float]:
+    """The steps a run's ``log.jsonl`` records since its last start, and their seconds (its loop's
+    clock, quick checks included), if the log changed after ``since``."""
+    log = run_dir / "log.jsonl"
+    if not log.exists() or log.stat().st_mtime < since:
+        return 0, 0.0
+    times = [json.loads(line)["time"] for line in log.read_text().splitlines() if '"loss"' in line]
+    restarts = [i for i in range(1, len(times)) if times[i] < times[i - 1]]   # a resume restarts the clock
+    times = times[restarts[-1]:] if restarts else times
+    return len(times), (times[-1] if times else 0.0)
+
+
+def campaign(plan: str | os.PathLike, out: str | os.PathLike, device: str = "cpu", budget_s: float | None = None,
+             jobs: int = 1, checkpoint_s: float = 120.0, reserve_s: float = 60.0) -> list[dict]:
+    """Train the plan's runs not done yet (see the module docstring); returns the groups' records.
+    A group that raised is named by :class:`interp.studies.sweeps.SweepFailed` once the others ended
+    and their results are written."""
+    from interp.studies.reproduce import check_device
+    from interp.studies.sweeps import SweepFailed, run_all
+
+    started = time.time()
+    out = writable_dir(out)
+    check_device(device, None)
+    groups, skipped = plan_groups(read_plan(plan), device)
+    for line in skipped:
+        print(line)
+    log = out / LOG_FILE
+    open_append(log).close()
+    record(out, [LOG_FILE])
+    deadline = None if budget_s is None else started + budget_s - reserve_s
+    print(f"campaign: {len(groups)} groups, {sum(len(g.runs) for g in groups)} runs to train on {device}"
+          + ("" if budget_s is None else f", training until {budget_s - reserve_s:.0f} s from now"))
+    timer = _stop_timer(started + budget_s - reserve_s / 2) if budget_s is not None else None
+    failed = None
+    try:
+        run_all(train_group, {g.label: (g, device, deadline, checkpoint_s, str(log), started) for g in groups}, jobs)
+    except SweepFailed as err:   # raised once the results of the others are written
+        failed = err
+    except KeyboardInterrupt:
+        print("campaign: stopped; every unfinished run was saved at a checkpoint")
+    finally:
+        if timer is not None:
+            timer.cancel()
+    records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    mine = [r for r in records if r.get("campaign") == started]
+    # every run of the plan that was not done before and is now, also those of a group stopped mid-way
+    write_results_tar(out, [str(r.run_dir / "result.json") for g in groups for r in g.runs
+                            if (r.run_dir / "result.json").exists()])
+    print(throughput_table(mine, time.time() - started))
+    if failed is not None:
+        raise failed
+    return mine
+
+
+def _stop_timer(at: float) -> threading.Timer:
+    """A Ctrl-C to this process at ``at`` (``time.time()``): the sweep forwards it to the runs that
+    train apart, which save and stop (the batched ones stop at the training deadline themselves)."""
+    timer = threading.Timer(max(0.0, at - time.time()), os.kill, (os.getpid(), signal.SIGINT))
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def write_results_tar(out: Path, files: list[str]) -> None:
+    """``results.tar`` in ``out``: each of ``files`` at its path (relative to the current directory)."""
+    with staged(out, overwrite=False, names=[]) as stage:
+        with tarfile.open(stage / TAR_FILE, "w") as tar:
+            for name in files:
+                data = read_json(name, "run result")
+                payload = json.dumps(data, indent=2).encode()
+                info = tarfile.TarInfo(Path(name).as_posix().lstrip("/"))   # as the plan names it
+                info.size, info.mtime = len(payload), int(time.time())
+                tar.addfile(info, io.BytesIO(payload))
+
+
+def throughput_table(records: list[dict], wall_s: float) -> str:
+    """Per group: runs, batched or not, steps, seconds, steps/s and runs x steps/s; then the
+    campaign's runs x steps per second of wall time."""
+    lines = ["| group | runs | batched | status | steps | seconds | steps/s | runs x steps/s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        rate, run_rate = r.get("steps_per_s"), r.get("run_steps_per_s")
+        lines.append(f"| {r['group']} | {len(r['runs'])} | {'yes' if r['batched'] else 'no'} | {r['status']} | "
+                     f"{r['steps_run']} | {r['seconds']:.1f} | {'-' if rate is None else f'{rate:.1f}'} | "
+                     f"{'-' if run_rate is None else f'{run_rate:.1f}'} |")
+    run_steps = sum(r["steps_run"] * r["seeds_per_step"] for r in records)
+    return ("\n".join(lines) + f"\n\n{run_steps} run-steps in {wall_s:.0f} s of wall time: "
+            f"{run_steps / max(wall_s, 1e-9):.1f} runs x steps per second\n")
+
+
+def estimate(plan: str | os.PathLike, out: str | os.PathLike, device: str = "cpu", budget_s: float | None = None,
+             jobs: int = 1, reserve_s: float = 60.0) -> list[dict]:
+    """Measure each group's seconds per step on ``device`` (:data:`PROBE_STEPS` steps, each group
+    alone, in a scratch folder of ``out`` removed afterwards) and print what it costs: the steps
+    left, the seconds, and where it would start and end with ``jobs`` groups at once in plan order;
+    with ``budget_s``, the groups that fit and those cut from the end. Returns one row per group.
+    Groups sharing a device slow each other, which this does not measure; the evaluations are not
+    counted."""
+    import tempfile
+
+    from interp.studies.reproduce import check_device
+
+    out = writable_dir(out)
+    check_device(device, None)
+    groups, skipped = plan_groups(read_plan(plan), device)
+    for line in skipped:
+        print(line)
+    rows, slots = [], [0.0] * jobs
+    limit = None if budget_s is None else budget_s - reserve_s
+    scratch = Path(tempfile.mkdtemp(prefix=".campaign-estimate-", dir=out))
+    try:
+        for number, group in enumerate(groups):
+            s_per_step, batched = _probe(group, device, scratch / str(number))
+            steps_left = max(r.train_cfg.steps - _checkpoint_step(r.run_dir) for r in group.runs)
+            seconds = s_per_step * steps_left * (1 if batched else len(group.runs))
+            slot = min(range(jobs), key=slots.__getitem__)
+            begins, slots[slot] = slots[slot], slots[slot] + seconds
+            rows.append({"group": group.label, "runs": len(group.runs), "batched": batched, "s_per_step": s_per_step,
+                         "steps_left": steps_left, "seconds": seconds, "begins_s": begins, "ends_s": slots[slot],
+                         "fits": limit is None or slots[slot] <= limit})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(estimate_table(rows, device, jobs, limit))
+    return rows
+
+
+def _probe(group: Group, device: str, scratch: Path) -> tuple[float, bool]:
+    """Seconds per step of ``group`` on ``device`` and whether it trains batched, from the step
+    times its first :data:`PROBE_STEPS` steps log in ``scratch``."""
+    from interp.training.batched import SeedRun, train_batched
+    from interp.training.loop import train
+
+    first = group.runs[0]
+    if group.unbatched is None:
+        seeds = [SeedRun(scratch / r.name, r.train_cfg) for r in group.runs]
+        for impl in dict.fromkeys([first.model_cfg.attention_impl, "reference"]):
+            try:
+                train_batched(first.model_cfg, seeds, device, impl=impl, until=min(PROBE_STEPS, first.train_cfg.steps))
+                return _logged_seconds_per_step(seeds[0].out), True
+            except (KeyboardInterrupt, ValueError):
+                raise
+            except Exception:   # vmap refused this implementation's kernels
+                shutil.rmtree(scratch, ignore_errors=True)
+    train(first.model_cfg, first.train_cfg, scratch / first.name, progress=False, device=device,
+          until=min(PROBE_STEPS, first.train_cfg.steps))
+    return _logged_seconds_per_step(scratch / first.name), False
+
+
+def _logged_seconds_per_step(run_dir: Path) -> float:
+    """The mean seconds between the steps a run's ``log.jsonl`` records (the first step, with its
+    start-up, only starts the clock)."""
+    times = [json.loads(line)["time"] for line in (run_dir / "log.jsonl").read_text().splitlines() if '"loss"' in line]
+    return (times[-1] - times[0]) / max(1, len(times) - 1)
+
+
+def _checkpoint_step(run_dir: Path) -> int:
+    """The step of the checkpoint in ``run_dir`` (0 without one)."""
+    import models
+
+    if not (run_dir / models.checkpoint.CONFIG_FILE).exists():
+        return 0
+    return (models.read_config(run_dir).get("training") or {}).get("step", 0)
+
+
+def estimate_table(rows: list[dict], device: str, jobs: int, limit: float | None) -> str:
+    lines = [f"Estimated on {device}, {jobs} groups at once in plan order (each measured alone; evaluations not "
+             "counted)" + ("" if limit is None else f"; training time {limit:.0f} s") + ":", "",
+             "| group | runs | batched | s/step | steps left | seconds | from - to (s) | fits |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['group']} | {r['runs']} | {'yes' if r['batched'] else 'no'} | {r['s_per_step']:.4f} | "
+              f"{r['steps_left']} | {r['seconds']:.0f} | {r['begins_s']:.0f} - {r['ends_s']:.0f} | "
+              f"{'yes' if r['fits'] else 'cut'} |" for r in rows]
+    fitting = sum(r["runs"] for r in rows if r["fits"])
+    return "\n".join(lines) + f"\n\n{fitting} of {sum(r['runs'] for r in rows)} runs fit.\n"

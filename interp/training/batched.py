@@ -1,0 +1,311 @@
+"""The seeds of one configuration trained as one model: ``glitchlens campaign``'s batched runs.
+
+Each seed is a run of :func:`interp.training.loop.train` in a directory of its own, and is set up
+exactly as that run is (:func:`interp.training.setup.prepare_run`: the same initial weights, or its
+checkpoint when resuming). Their parameters are then stacked on a new first axis, the seed, and one
+step of all of them is ``vmap`` over the seeds of ``grad`` of one seed's loss (``torch.func``, the
+model's own code through ``functional_call``):
+
+- data: each seed reads its own batches (:class:`interp.training.setup.BatchSource`, a function
+  of the seed and the step), checked before the transform;
+- loss: the mean cross-entropy over the scored positions, as the loop's;
+- clipping: each seed's gradient is scaled by its own global norm, as ``clip_grad_norm_`` does;
+- AdamW: one optimiser over the stacked tensors, with the loop's parameter groups; every AdamW
+  operation is elementwise, so each seed's slice of its state is that seed's own optimiser state.
+
+So each seed follows its single-seed run up to float rounding (``tests/test_campaign.py`` holds
+them together over 100 steps). Each seed's checkpoint, ``log.jsonl`` and quick checks are the
+loop's, in the loop's format: ``glitchlens train --resume`` continues any of them alone, and a
+batch resumed from its checkpoints gives what the uninterrupted batch gives.
+
+What cannot be batched this way (:func:`unbatchable`): a mechanism or option that draws from the
+torch RNG during the step (dropout, Label's positions: one seed alone re-seeds it every step), the
+sharpening regularisers (they read hooks), a beta ramp (it writes parameters in place) and the
+LSTM. Such runs train one process per seed (:mod:`interp.studies.campaign`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Int
+from torch import Tensor
+from torch.func import functional_call, grad_and_value, vmap
+
+import models
+from interp.outputs import writable_dir
+from interp.training.loop import _append_log, check_final_evaluation, lr_at, quick_eval, start_log
+from interp.training.setup import (
+    BatchSource, GracefulInterrupt, TrainConfig, deterministic_algorithms, output_lock, prepare_run,
+    reuse_freed_memory,
+)
+from models import ModelConfig
+from models.checkpoint import on_device
+from models.tokens import as_token_ids
+
+# The losses and gradient norms of this many steps are read back from the device at once: reading
+# them every step would wait for each step's kernels before launching the next.
+READ_EVERY = 50
+
+
+def unbatchable(model_cfg: ModelConfig, cfg: TrainConfig) -> str | None:
+    """Why the seeds of this configuration cannot train as one batched model; None when they can."""
+    if model_cfg.attention is None:
+        return "the LSTM's recurrent kernel has no batching rule"
+    dropout = [name for name in ("dropout", "embedding_dropout", "attention_dropout", "mlp_hidden_dropout")
+               if getattr(model_cfg, name)]
+    if dropout:
+        return f"dropout ({', '.join(dropout)}) draws from the torch RNG, which a single-seed run re-seeds every step"
+    if model_cfg.pos_embed == "label":
+        return "Label's positions are drawn from the torch RNG, which a single-seed run re-seeds every step"
+    if cfg.regulariser != "none":
+        return "the sharpening regularisers read the attention through hooks"
+    if cfg.beta_schedule != "learned":
+        return "a beta ramp writes the threshold parameters in place"
+    return None
+
+
+@dataclass
+class SeedRun:
+    """One seed of a batch: its directory and its training config."""
+    out: Path
+    cfg: TrainConfig
+
+
+class BatchStopped(Exception):
+    """The batch stopped before its last step (the deadline, or a stop signal), each seed's
+    checkpoint saved at ``step``."""
+
+    def __init__(self, step: int, steps_run: int = 0, step_seconds: float = 0.0):
+        self.step, self.steps_run, self.step_seconds = step, steps_run, step_seconds
+        super().__init__(f"stopped after step {step}, each seed's checkpoint saved")
+
+    def __reduce__(self):
+        return type(self), (self.step, self.steps_run, self.step_seconds)
+
+
+@dataclass
+class BatchOutcome:
+    """What :func:`train_batched` did: the steps it ran from ``start``, the seconds of its loop and
+    of its steps alone (without the quick checks and the checkpoints), the seeds that diverged (by
+    directory, with the step), and the trained models of the others."""
+    start: int
+    steps_run: int
+    seconds: float
+    step_seconds: float
+    diverged: dict[str, int]
+    trained: dict[str, torch.nn.Module]
+
+
+def masked_mean_loss(logits, targets: Int[Tensor, "batch pos"], scored: Bool[Tensor, "batch pos"]) -> Tensor:
+    """The loop's loss without indexing (no shapes that depend on the data, as vmap needs): the mean
+    cross-entropy over the scored positions."""
+    per_position = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
+    weights = scored.flatten().to(per_position.dtype)
+    return (per_position * weights).sum() / weights.sum()
+
+
+def optimizer_groups(named: list[tuple[str, Tensor]], cfg: TrainConfig) -> list[list[str]]:
+    """The names of the parameters of :func:`interp.training.setup.make_optimizer`'s two groups
+    (decayed, not decayed), in its order, so that the state indices agree."""
+    decay = [name for name, p in named if cfg.decay_all_parameters or p.ndim >= 2]
+    return [decay, [name for name, _ in named if name not in decay]]
+
+
+class SeedStack:
+    """The seeds' models as one: stacked parameters and buffers, one AdamW over the stacks, and the
+    module whose code runs under ``vmap`` (``impl``: its attention implementation, the same model up
+    to float rounding; a custom autograd kernel without a batching rule needs ``reference``)."""
+
+    def __init__(self, model_cfg: ModelConfig, cfg: TrainConfig, seed_models: list[torch.nn.Module],
+                 seed_optimizers: list[torch.optim.AdamW], device: torch.device, impl: str):
+        self.model_cfg, self.cfg, self.device = model_cfg, cfg, device
+        self.base = on_device(models.build_model(replace(model_cfg, attention_impl=impl)), device).train()
+        named = [(n, p) for n, p in seed_models[0].named_parameters() if p.requires_grad]
+        self.groups = optimizer_groups(named, cfg)
+        self.params = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in seed_models]).requires_grad_()
+                       for n in self.groups[0] + self.groups[1]}
+        self.buffers = {n: torch.stack([dict(m.named_buffers())[n] for m in seed_models])
+                        for n, _ in seed_models[0].named_buffers()}
+        self.saved_buffers = [n for n in self.buffers if n in seed_models[0].state_dict()]   # persistent ones
+        self.optimizer = torch.optim.AdamW(
+            [{"params": [self.params[n] for n in self.groups[0]], "weight_decay": cfg.weight_decay},
+             {"params": [self.params[n] for n in self.groups[1]], "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.999))
+        states = [opt.state_dict()["state"] for opt in seed_optimizers]
+        if states[0]:   # resumed: each seed's AdamW state, stacked
+            stacked = {i: {key: value if key == "step" else torch.stack([s[i][key] for s in states])
+                           for key, value in states[0][i].items()} for i in states[0]}
+            self.optimizer.load_state_dict({"state": stacked,
+                                            "param_groups": self.optimizer.state_dict()["param_groups"]})
+        self.step_fn = vmap(grad_and_value(self._loss))
+
+    def _loss(self, params, buffers, x, y, scored):
+        logits = functional_call(self.base, (params, buffers), (x,))
+        return masked_mean_loss(logits, y, scored)
+
+    def step(self, step: int, x, y, scored) -> tuple[Tensor, Tensor]:
+        """One AdamW step of every seed on its own batch ``[seed, batch, pos]``; returns each seed's
+        loss and gradient norm before clipping (on the device, unread)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr_at(step, self.cfg)
+        grads, losses = self.step_fn(self.params, self.buffers, x, y, scored)
+        norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads.values()], 1).norm(dim=1)
+        max_norm = float("inf") if self.cfg.grad_clip is None else self.cfg.grad_clip
+        scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)   # clip_grad_norm_'s, per seed
+        for name, p in self.params.items():
+            p.grad = grads[name] * scale.view(-1, *[1] * (grads[name].ndim - 1))
+        self.optimizer.step()
+        return losses.detach(), norms
+
+    def seed_state(self, index: int) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        """Seed ``index``'s parameters and buffers, and its AdamW state as the loop saves it
+        (:func:`interp.training.setup.optimizer_state_tensors`)."""
+        weights = {n: p[index].detach() for n, p in self.params.items()}
+        weights |= {n: self.buffers[n][index] for n in self.saved_buffers}
+        state = {f"{i}.{key}": value if key == "step" else value[index]
+                 for i, held in self.optimizer.state_dict()["state"].items() for key, value in held.items()}
+        return weights, state
+
+
+def train_batched(model_cfg: ModelConfig, seeds: list[SeedRun], device: str | torch.device = "cpu",
+                  deadline: float | None = None, checkpoint_s: float = 120.0, impl: str | None = None,
+                  until: int | None = None) -> BatchOutcome:
+    """Train ``seeds`` (the same configuration but for the seed) as one batched model on ``device``,
+    each seed checkpointed, logged and quick-checked in its own directory as by
+    :func:`interp.training.loop.train`. Every seed must be at the same step (fresh, or resumed from
+    checkpoints of one step). ``deadline`` (``time.time()``) and a stop signal save every seed's
+    checkpoint and raise :class:`BatchStopped`; checkpoints are also saved every ``checkpoint_s``
+    seconds, and at ``until`` (a step of the schedule, as the loop's), where it returns. ``impl``:
+    the attention implementation run under ``vmap`` (default: the config's)."""
+    cfg0 = seeds[0].cfg
+    if any(dataclasses.replace(s.cfg, seed=0) != dataclasses.replace(cfg0, seed=0) for s in seeds):
+        raise ValueError("the seeds of a batch must share every training option but the seed")
+    why = unbatchable(model_cfg, cfg0)
+    if why:
+        raise ValueError(f"these runs cannot train as one batched model: {why}")
+    stop = cfg0.steps if until is None else until
+    reuse_freed_memory()
+    device = torch.device(device)
+    with ExitStack() as held:
+        for seed in seeds:
+            held.enter_context(output_lock(writable_dir(seed.out), "glitchlens campaign"))
+        runs = [prepare_run(model_cfg, s.cfg, s.out, True, False, device, stop) for s in seeds]
+        starts = {r.start for r in runs}
+        if len(starts) > 1:
+            raise ValueError(f"the seeds' checkpoints are at different steps ({sorted(starts)}): train them apart")
+        start = starts.pop()
+        check_final_evaluation(runs[0].model, cfg0)
+        for seed, run in zip(seeds, runs):
+            start_log(seed.out / "log.jsonl", run.resumed, start, False)
+        stack = SeedStack(model_cfg, cfg0, [r.model for r in runs], [r.optimizer for r in runs], device,
+                          impl or model_cfg.attention_impl)
+        evaluator = runs[0].model   # a seed's own model, the config's implementation: loaded per seed to evaluate
+        del runs
+        return _run_batched(stack, seeds, evaluator, start, stop, deadline, checkpoint_s)
+
+
+def _run_batched(stack: SeedStack, seeds: list[SeedRun], evaluator: torch.nn.Module, start: int, stop: int,
+                 deadline: float | None, checkpoint_s: float) -> BatchOutcome:
+    cfg = stack.cfg
+    sources = [BatchSource(s.cfg) for s in seeds]
+    diverged: dict[str, int] = {}
+    pending: list[tuple[int, Tensor, Tensor]] = []   # (step, losses, norms) not yet read back
+    pending_time: list[float] = []                    # their seconds since the start
+    histories: list[list[dict]] = [[] for _ in seeds]
+    interrupt = GracefulInterrupt()
+    t0 = last_save = time.time()
+    aside = 0.0   # seconds of quick checks and checkpoints
+
+    def seed_model(index: int) -> torch.nn.Module:
+        weights, _ = stack.seed_state(index)
+        evaluator.load_state_dict(weights)
+        return evaluator
+
+    def read_back() -> None:
+        """The pending steps' records into each seed's log; a seed whose loss or norm is not finite
+        has diverged: it is saved no more."""
+        if not pending:
+            return
+        losses = torch.stack([p[1] for p in pending]).cpu()
+        norms = torch.stack([p[2] for p in pending]).cpu()
+        for row, (done, _, _) in enumerate(pending):
+            for index, seed in enumerate(seeds):
+                if str(seed.out) in diverged:
+                    continue
+                if not (torch.isfinite(losses[row, index]) and torch.isfinite(norms[row, index])):
+                    diverged[str(seed.out)] = done
+                    continue
+                histories[index].append({"step": done, "loss": float(losses[row, index]), "lr": lr_at(done - 1, cfg),
+                                         "time": pending_time[row]})
+        pending.clear()
+        pending_time.clear()
+
+    def flush() -> None:
+        read_back()
+        for seed, history in zip(seeds, histories):
+            _append_log(seed.out / "log.jsonl", history)
+
+    def checkpoint(step: int, evaluations: dict[int, dict] | None = None) -> None:
+        flush()
+        for index, seed in enumerate(seeds):
+            if str(seed.out) in diverged:
+                continue
+            weights, state = stack.seed_state(index)
+            evaluator.load_state_dict(weights)
+            meta = {"evaluation": evaluations[index]} if evaluations else {}
+            with interrupt.shielded():
+                models.save(seed.out, evaluator, training={"config": dataclasses.asdict(seed.cfg), "step": step},
+                            training_state=state, metadata=meta)
+
+    with interrupt, deterministic_algorithms(stack.device), torch.no_grad():
+        for step in range(start, stop):
+            batches = [source(step) for source in sources]
+            for x, _, _ in batches:   # the check the model cannot make under vmap
+                as_token_ids(x, stack.model_cfg.d_vocab)
+            x, y, scored = (torch.stack(parts).to(stack.device) for parts in zip(*batches))
+            losses, norms = stack.step(step, x, y, scored)
+            done = step + 1
+            pending.append((done, losses, norms))
+            pending_time.append(time.time() - t0)
+            quick = cfg.task != "automaton" and cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps
+            if quick or len(pending) >= READ_EVERY:
+                read_back()
+            if quick:
+                began = time.time()
+                for index, history in enumerate(histories):
+                    if str(seeds[index].out) not in diverged and history:
+                        history[-1]["eval"] = quick_eval(seed_model(index), cfg.eval_n, cfg.task)
+                aside += time.time() - began
+            late = deadline is not None and time.time() >= deadline
+            if interrupt.requested or late:
+                interrupt.stopping()
+                checkpoint(done)
+                raise BatchStopped(done, done - start, time.time() - t0 - aside)
+            if done < stop and time.time() - last_save >= checkpoint_s:
+                began = time.time()
+                checkpoint(done)
+                last_save = time.time()
+                aside += last_save - began
+        read_back()
+        step_seconds = time.time() - t0 - aside
+        checkpoint(stop)
+        trained = {}
+        if stop == cfg.steps:
+            finals = {}
+            for index, seed in enumerate(seeds):
+                if str(seed.out) in diverged:
+                    continue
+                finals[index] = quick_eval(seed_model(index), cfg.eval_n, cfg.task) if cfg.task != "automaton" else None
+                if finals[index] is not None:
+                    _append_log(seed.out / "log.jsonl", [{"step": cfg.steps, "eval": finals[index]}])
+            checkpoint(cfg.steps, {i: e for i, e in finals.items() if e is not None})
+            for index, seed in enumerate(seeds):
+                if str(seed.out) not in diverged:
+                    trained[str(seed.out)] = models.load(seed.out, device=stack.device).eval()
+    return BatchOutcome(start, stop - start, time.time() - t0, step_seconds, diverged, trained)
+
