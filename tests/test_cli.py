@@ -262,6 +262,8 @@ def test_eval_takes_a_pretrained_name_with_a_progress_bar_on_stderr(capsys):
     assert main(["eval", "tra-mech", "--splits", "sparse", "-n", "2", "--batch-size", "1", "--quiet"]) == 0
     out, err = capsys.readouterr()
     assert "tra-mech (tra)" in out and err == ""
+    rows = [line for line in out.splitlines() if line.startswith(("┃", "│"))]
+    assert "95% upper ┃ seq accuracy ┃" in rows[0] and len(rows) == 2, "not a terminal: the table keeps its width"
 
 
 @pytest.mark.integration

@@ -360,11 +360,21 @@ def shown(text) -> str:
     return "".join(ch if ch.isprintable() or ch in " \n" else ascii(ch)[1:-1] for ch in str(text))
 
 
-def plain_console():
-    """A rich console that takes ``[...]`` literally: paths and names are never markup."""
+# The width of a table printed to a file or a pipe: rich would cut it to 80 columns there, wrapping
+# each cell; a table never comes near this wide, so it keeps the width it has on a wide terminal.
+PIPED_WIDTH = 10_000
+
+
+def wide_console(**options):
+    """A rich console, as wide as the terminal, or :data:`PIPED_WIDTH` when the output is no terminal."""
     from rich.console import Console
 
-    return Console(markup=False, highlight=False)
+    return Console(width=None if sys.stdout.isatty() else PIPED_WIDTH, **options)
+
+
+def plain_console():
+    """A rich console that takes ``[...]`` literally: paths and names are never markup."""
+    return wide_console(markup=False, highlight=False)
 
 
 # The bound on one layer's attention maps a size option may ask for, and on explain's --pairs.
@@ -775,7 +785,6 @@ def cmd_check_mechanism(args) -> int:
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
         return 0 if report.passed else 1
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
@@ -785,10 +794,10 @@ def cmd_check_mechanism(args) -> int:
     for check in report.checks:
         passed = "[green]PASS[/]" if check.passed else "[bold red]FAIL[/]"
         table.add_row(check.name, passed, escape(shown(check.detail)))
-    console = Console()
-    console.print(table)
+    printer = wide_console()
+    printer.print(table)
     failed = [check.name for check in report.checks if not check.passed]
-    console.print(f"{len(report.checks) - len(failed)} of {len(report.checks)} checks passed"
+    printer.print(f"{len(report.checks) - len(failed)} of {len(report.checks)} checks passed"
                   + (f"; failed: {', '.join(failed)}" if failed else ""), highlight=False)
     return 1 if failed else 0
 
