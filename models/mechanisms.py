@@ -36,7 +36,6 @@ import dataclasses
 import importlib
 import os
 import re
-from importlib.metadata import entry_points
 from typing import Any
 
 # name -> (attention mechanism in models.attention.REGISTRY, residual position embedding,
@@ -184,6 +183,8 @@ def export(spec: str) -> None:
 def entry_point_names() -> list[str]:
     """The names the installed packages' ``glitchlens.mechanisms`` entry points declare
     (read from their metadata; nothing is imported)."""
+    from importlib.metadata import entry_points   # here: it costs glitchlens --help a third of its start
+
     return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
 
 
@@ -192,6 +193,8 @@ def find_mechanism(name: str) -> bool:
     or from ``GLITCHLENS_MECHANISMS`` when that is where it is."""
     if name in MODEL_FAMILIES:
         return True
+    from importlib.metadata import entry_points
+
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
             try:

@@ -62,7 +62,7 @@ def test_train_eval_and_bench_tiles(tmp_path, capsys):
 def test_clear_errors(tmp_path, capsys):
     """The installed command exits 2 with the message (one process); the rest in this process."""
     result = glitchlens("train", "--model", "gpt5", "--out", str(tmp_path / "x"))
-    assert result.returncode == 2 and "invalid choice: 'gpt5'" in result.stderr
+    assert result.returncode == 2 and "unknown model 'gpt5'" in result.stderr
     fails(capsys, "eval", tmp_path, match="no config.json")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "w1i0r0"}\n')
@@ -136,7 +136,7 @@ TRAIN = ["train", "--model", "nope", "--steps", "1", "--seq-len", "16", "--batch
     (["--out", "{root}/dangling"], "symbolic link to nothing"),
     (["--out", "{root}/ckpt"], r"already holds a checkpoint \(nope, step 2\).*--overwrite"),
     (["--lr", "1e6", "--steps", "30"], r"diverged at step \d+: the loss is NaN or infinite; no checkpoint"),
-    (["--model", "gpt5"], "invalid choice: 'gpt5'"),
+    (["--model", "gpt5"], "unknown model 'gpt5'"),
     (["--lr", "banana"], "invalid float value"),
     (["--device", "gpu"], "device 'gpu' is not usable here.*--device cpu"),
 ])

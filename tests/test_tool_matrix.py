@@ -139,6 +139,86 @@ def test_activation_and_path_patching_run_on_every_hook_they_list(name):
     assert set(paths.input) == set(circuits.receiver_inputs(model, 1))
 
 
+# --- the circuit tools on every task: each shipped specimen (flip-flop and the automaton), models
+# of the CoPE tasks trained here, and the parity task of tests/plugin_tasks.py ------------------
+
+# Tasks with no shipped specimen: (task, model name, layers) of a model trained here for 2 steps.
+TRAINED_HERE = {"counting": ("counting", "cope", 1), "selective-copy": ("selective-copy", "rope", 2),
+                "parity": ("plugin_tasks:ParityTask", "rope", 2)}
+TASK_MODELS = [*models.pretrained.built(), *TRAINED_HERE]
+
+
+@pytest.fixture(scope="module")
+def task_model(tmp_path_factory):
+    """``task_model(name)``: a shipped specimen, or a model of ``TRAINED_HERE`` trained through the
+    command line and loaded from its checkpoint, as a user would; the task of one's own is
+    registered for this module only."""
+    from interp.tasks import registry
+
+    get_task("flipflop")   # the built-in tasks are registered before the snapshot
+    saved = dict(registry._TASKS)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(registry.ENVIRONMENT_VARIABLE, "")
+
+        @functools.cache
+        def load(name: str):
+            if name not in TRAINED_HERE:
+                return models.load_pretrained(name)
+            task, model, layers = TRAINED_HERE[name]
+            checkpoint = tmp_path_factory.mktemp(name) / "model"
+            assert main(["train", "--task", task, "--model", model, "--steps", "2", "--batch-size", "2",
+                         "--n-layers", str(layers), "--d-model", "16", "--n-heads", "2", "--eval-n", "1",
+                         "--out", str(checkpoint), "--quiet"]) == 0
+            return models.load(checkpoint)
+
+        yield load
+    registry._TASKS.clear()
+    registry._TASKS.update(saved)
+
+
+def scored_inputs(task, n: int = 3) -> np.ndarray:
+    """The first ``n`` sequences of the task's first split as the model reads them, cut 48 tokens
+    after the first position any of them is scored at."""
+    inputs = task.model_io(task.load_split(next(iter(task.splits)), n))[0]
+    first = int(np.flatnonzero(task.scored_answers(inputs)[0].any(0))[0])
+    return np.array(inputs[:, :first + 48])
+
+
+@pytest.mark.parametrize("name", TASK_MODELS)
+def test_the_circuit_tools_run_on_every_task(name, task_model):
+    """DLA per head and neuron adds up to the task's margin within 1e-4; activation patching and
+    attribution patching cover every hook of the streams, heads, maps and mechanism on the task's
+    own pairs (its counterfactual, or resampled partners); path patching runs between layers, and
+    is refused, saying why, on a model of one layer."""
+    model = task_model(name)
+    task = circuits.resolve_task(model)
+    assert task.name == {"counting": "counting", "selective-copy": "selective-copy", "parity": "parity"}.get(
+        name, model.trained_task)
+    tokens = scored_inputs(task)
+    frame = circuits.direct_logit_attribution(model, tokens, neurons=True)
+    rows = frame.drop_duplicates(["seq", "position"])
+    logits = model(torch.from_numpy(tokens).long()).detach()
+    scored = circuits.Scored(torch.from_numpy(tokens), torch.tensor(rows.position.tolist()),
+                             torch.tensor(rows.target.tolist()), task)
+    margin = circuits.margin(logits[torch.tensor(rows.seq.tolist())], scored)
+    np.testing.assert_allclose(rows.logit_diff, margin.double(), atol=1e-4)
+    assert circuits.dla_sum_error(frame) < 1e-4 and len(rows) == task.scored_answers(tokens)[0].sum()
+    pairs = circuits.task_pairs(task, tokens)
+    clean, corrupt, reads = pairs.clean[:2], pairs.corrupt[:2], pairs.read[:2]
+    hooks = circuits.patchable_hooks(model, circuits.ATTRIBUTION_KINDS)
+    patched = circuits.activation_patching(model, clean, corrupt, hooks, reads=reads)
+    estimated = circuits.attribution_patching(model, clean, corrupt, hooks, reads=reads)
+    table = circuits.compare_attribution(estimated, patched)
+    assert set(table.hook) == set(hooks) and len(table) == len(estimated) // len(reads)
+    if model.cfg.n_layers == 1:
+        with pytest.raises(ValueError, match="no sender sits in a layer before a receiver"):
+            circuits.path_patching(model, clean, corrupt, reads=reads)
+        return
+    paths = circuits.path_patching(model, clean, corrupt, [(0, 0)], [(1, model.cfg.n_heads - 1)],
+                                   inputs=circuits.receiver_inputs(model, 1), reads=reads)
+    assert set(paths.input) == set(circuits.receiver_inputs(model, 1)) and paths.patched.notna().all()
+
+
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_hunt_runs(name, tmp_path):
     result = hunt(tiny(name), budget=8, seq_len=16, population=4)

@@ -476,7 +476,8 @@ class VersionAction(argparse.Action):
                          help="show the installed version and exit")
 
     def __call__(self, parser, namespace, values, option_string=None):
-        parser.exit(message=f"glitchlens {_version()}\n")
+        print(f"glitchlens {_version()}")
+        parser.exit()
 
 
 def _version() -> str:

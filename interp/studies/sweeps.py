@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import closing, contextmanager, suppress
 
-from tqdm import tqdm
 
 RAY_MISSING = "Ray is not installed; install the ray extra: pip install -e '.[ray]'"
 
@@ -44,6 +43,8 @@ def run_all(function: Callable, runs: dict[str, tuple], jobs: int = 2, ray_addre
     """``function(*args)`` for every ``name: args`` of ``runs``: ``jobs`` at a time on this machine,
     or, given ``ray_address``, as one-CPU tasks on that Ray cluster. Returns the results in the
     order of ``runs``; raises :class:`SweepFailed` once every run has ended if any raised."""
+    from tqdm import tqdm   # here, not at the top: the CLI's parser imports this module
+
     finished = _on_ray(function, runs, jobs, ray_address) if ray_address else _here(function, runs, jobs)
     results, failures = {}, {}
     # ends of runs, not steps: the estimate of what is left is the mean time per run so far;
