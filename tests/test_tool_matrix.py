@@ -16,6 +16,7 @@ checks: ``tests/test_figures.py``)."""
 import functools
 import html
 import json
+import re
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -415,3 +416,55 @@ def test_every_paper_figure_draws_on_tiny_models_of_its_specimens(tmp_path, monk
     captions = json.loads((tmp_path / "figures" / "captions.json").read_text())
     for stem, (_, _, csv) in written.items():
         assert figures.CAPTIONS[stem](pd.read_csv(csv)) == captions[stem]
+
+
+# --- probes, diagnose, explain and the glitch browser on every task ------------------------------
+
+@pytest.fixture(scope="module")
+def task_checkpoint(task_model, tmp_path_factory):
+    """``task_checkpoint(name)``: the checkpoint of ``task_model(name)``: a shipped specimen's own,
+    or the model trained here saved again (with its task) for the tools that take a checkpoint."""
+    @functools.cache
+    def path(name: str) -> Path:
+        if name not in TRAINED_HERE:
+            return models.pretrained.path(name)
+        model = task_model(name)
+        return models.save(tmp_path_factory.mktemp(f"{name}-checkpoint") / "model", model,
+                           training={"config": {"task": model.trained_task}, "step": 0})
+
+    return path
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", TASK_MODELS)
+def test_probes_diagnose_explain_and_the_browser_run_on_every_task(name, task_model, task_checkpoint, tmp_path,
+                                                                    no_png):
+    """Linear probes of the task's label at every layer (the store spilled to disk), the diagnosis
+    with its glitch browser, and explain, each on the task the model records and its own data."""
+    from interp.diagnose.browser import LISTED
+    from interp.metrics.store import cache_activations, linear_probes, probe_labels
+
+    model = task_model(name)
+    task = circuits.resolve_task(model)
+    split = next(s for s, info in task.splits.items() if info.in_distribution)
+    inputs, labels, where, meaning = probe_labels(task, task.load_split(split, 10))
+    with cache_activations(model, inputs, where, max_bytes=1 << 12, spill_dir=tmp_path) as store:
+        assert store.spilled_to is not None
+        probes = linear_probes(store, labels, meaning)
+    assert probes.layer.tolist() == list(range(model.cfg.n_layers + 1)) and (probes.label == meaning).all()
+    assert ((probes.low <= probes.accuracy) & (probes.accuracy <= probes.high)).all()
+
+    diagnosis = diagnose(task_checkpoint(name), tmp_path / "diagnosis", n=2, lengths=(64,), n_cache_sequences=1)
+    page = diagnosis.files["browser"].read_text()
+    data = json.loads(re.search(r"id='data'>(.*?)</script>", page, re.S)[1])
+    assert set(data["splits"]) == set(task.splits) and all(
+        sum(g["split"] == s for g in data["glitches"]) == min(n, LISTED) for s, n in data["splits"].items())
+    assert all(set(g["tokens"]) <= set(task.vocab) and g["maps"]["pattern"] for g in data["glitches"] if "maps" in g)
+    if task.name != "flipflop":
+        m = diagnosis.metrics
+        assert m["task"] == task.name and len(m["probes"]) == model.cfg.n_layers + 1
+        assert m["at_glitch"] is not None or "glitch" in m["skipped"]
+
+    explained = explain(task_checkpoint(name), tmp_path / "explained", n=2, pairs=1)
+    assert explained.summary.get("task", "flipflop") == task.name
+    assert explained.summary["split"] in task.splits and explained.summary["dla_sum_error"] < 1e-4
