@@ -118,5 +118,5 @@ def test_bad_input_is_refused_in_words():
         circuits.compare_attribution(circuits.attribution_patching(model, pairs.clean, pairs.corrupt,
                                                                    ["blocks.0.attn.hook_z"], reads=pairs.read),
                                      pd.DataFrame({"hook": []}))
-    with pytest.raises(ValueError, match="table must be a compare_attribution frame"):
+    with pytest.raises(ValueError, match="table is not a compare_attribution frame"):
         circuits.attribution_agreement(pd.DataFrame())

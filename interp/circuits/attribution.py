@@ -10,7 +10,9 @@ import pandas as pd
 import torch
 from transformer_lens.utilities import Slice
 
-from interp.circuits.metrics import Metric, Scored, answer_index, check_metric, measure, resolve_task, scored_rows
+from interp.circuits.metrics import (
+    Metric, Scored, answer_index, check_columns, check_frame, check_metric, measure, resolve_task, scored_rows,
+)
 from interp.tasks import Task
 from models.tokens import as_token_ids
 
@@ -158,6 +160,7 @@ def _dla_hooks(neurons: bool):
 def dla_sum_error(frame: pd.DataFrame) -> float:
     """The largest ``|sum of a position's attributions - its metric|`` over the scored positions
     of a :func:`direct_logit_attribution` frame: float rounding when the decomposition is exact."""
+    check_frame("frame", frame, ("seq", "position", "attribution", "logit_diff"), "direct_logit_attribution")
     totals = frame.groupby(["seq", "position"], sort=False).agg(total=("attribution", "sum"),
                                                                 logit_diff=("logit_diff", "first"))
     return float((totals.total - totals.logit_diff).abs().max()) if len(totals) else 0.0
@@ -167,7 +170,8 @@ def dla_summary(frame: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
     """Mean, and mean absolute, attribution per component (and per value of the columns
     ``by``, e.g. ``correct`` after a merge with ``read_table``), components in the model's
     order; ``share`` is the mean attribution over the mean logit difference."""
-    keys = [*by, "component", "kind", "layer", "head"]
+    keys = [*check_columns("by", by), "component", "kind", "layer", "head"]
+    check_frame("frame", frame, [*keys, "attribution", "logit_diff"], "direct_logit_attribution")
     grouped = frame.groupby(keys, sort=False)
     table = grouped.agg(n_reads=("attribution", "size"), attribution=("attribution", "mean"),
                         abs_attribution=("attribution", lambda a: a.abs().mean()),

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp.circuits.metrics import Metric
+from interp.circuits.metrics import Metric, check_frame
 from interp.circuits.patching import _check_hooks, hook_axes, patchable_hooks, patching_summary, prepare_pairs
 from interp.tasks import Task
 
@@ -94,11 +94,8 @@ def compare_attribution(estimated: pd.DataFrame, patched: pd.DataFrame) -> pd.Da
     :func:`~interp.circuits.activation_patching` with ``positions=None`` restored) and ``miss``
     (``estimated - patched``)."""
     for argument, frame in (("estimated", estimated), ("patched", patched)):
-        if not isinstance(frame, pd.DataFrame):
-            raise TypeError(f"{argument} must be a patching frame (a DataFrame), got {type(frame).__name__}")
-        missing = {"hook", "layer", "head", "offset", "pair", "clean", "corrupt", "patched"} - set(frame.columns)
-        if missing:
-            raise ValueError(f"{argument} is not a patching frame: it lacks the columns {sorted(missing)}")
+        check_frame(argument, frame, ("hook", "layer", "head", "offset", "pair", "clean", "corrupt", "patched"),
+                    "patching")
     if patched.offset.notna().any():
         raise ValueError("patched: compare activation patching of every position at once (positions=None), which "
                          "is what attribution patching estimates")
@@ -118,8 +115,7 @@ def attribution_agreement(table: pd.DataFrame) -> dict:
     ``estimated`` and ``patched``; NaN when either is constant), ``largest_miss`` (the largest
     ``|miss|``), ``missed`` (its component), ``missed_estimated`` and ``missed_patched``. A
     component whose pairs' clean and corrupt runs measure the same (no gap to restore) is left out."""
-    if not isinstance(table, pd.DataFrame) or not {"component", "estimated", "patched", "miss"} <= set(table.columns):
-        raise ValueError("table must be a compare_attribution frame (component, estimated, patched, miss)")
+    check_frame("table", table, ("component", "estimated", "patched", "miss"), "compare_attribution")
     table = table.dropna(subset=["estimated", "patched"])
     if table.empty:
         raise ValueError("table has no component to compare: the pairs' clean and corrupt runs measure the same")

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -134,3 +135,21 @@ def answer_index(task: Task, target: Tensor) -> np.ndarray:
     lookup = np.full(task.d_vocab, -1)
     lookup[list(task.answers)] = np.arange(len(task.answers))
     return lookup[target.cpu().numpy()]
+
+
+def check_frame(argument: str, frame, columns, made_by: str) -> pd.DataFrame:
+    """``frame`` if it is a DataFrame holding ``columns``; a ``TypeError`` or ``ValueError``
+    naming ``argument`` and the function whose frames it takes (``made_by``) otherwise."""
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"{argument} must be a {made_by} frame (a DataFrame), got {type(frame).__name__}")
+    missing = set(columns) - set(frame.columns)
+    if missing:
+        raise ValueError(f"{argument} is not a {made_by} frame: it lacks the columns {sorted(missing)}")
+    return frame
+
+
+def check_columns(argument: str, by) -> list[str]:
+    """``by`` as a list of column names, or a ``TypeError`` naming ``argument``."""
+    if isinstance(by, str) or not all(isinstance(column, str) for column in by):
+        raise TypeError(f"{argument} must be a list of column names, got {by!r}")
+    return list(by)

@@ -12,7 +12,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp.circuits.metrics import Metric, Scored, check_metric, measure, resolve_task, targets_at
+from interp.circuits.metrics import (
+    Metric, Scored, check_columns, check_frame, check_metric, measure, resolve_task, targets_at,
+)
 from interp.circuits.reads import reads_up_to
 from interp.tasks import Task
 from models.attention.base import COMMON_HOOKS, ROTATION_HOOKS, Attention
@@ -34,11 +36,20 @@ def mechanism_hooks(model) -> list[str]:
             if re.fullmatch(r"blocks\.\d+\.attn\.hook_\w+", name) and name.split(".", 2)[2] not in common]
 
 
+# The kinds of hook patchable_hooks names.
+HOOK_KINDS = ("resid_pre", "resid_post", "attn_out", "mlp_out", "z", "pattern", "mechanism")
+
+
 def patchable_hooks(model, kinds: Iterable[str] = ("resid_pre", "z", "mechanism")) -> list[str]:
     """Hook names to patch, by kind, in the model's order: ``resid_pre`` (each block's input,
     plus the last block's ``hook_resid_post``), ``resid_post``, ``attn_out``, ``mlp_out``, ``z``
     (the heads' outputs before ``W_O``), ``pattern``, and ``mechanism`` (:func:`mechanism_hooks`);
     only hooks that a forward pass of this model fires (``model.fired_hooks()``)."""
+    if isinstance(kinds, str) or not all(isinstance(kind, str) for kind in kinds):
+        raise TypeError(f"kinds must be a list of hook kinds, e.g. ['resid_pre', 'z'], got {kinds!r}")
+    unknown = [kind for kind in kinds if kind not in HOOK_KINDS]
+    if unknown:
+        raise ValueError(f"kinds: {', '.join(map(repr, unknown))} not among {', '.join(HOOK_KINDS)}")
     chosen = []
     for kind in kinds:
         if kind == "mechanism":
@@ -59,6 +70,8 @@ def hook_axes(name: str, shape: Sequence[int], n_pos: int, n_heads: int) -> tupl
     shape: ``[batch, head, query_pos, key_pos]`` maps (the position is the query's), ``[batch,
     pos, head, d]`` per-head vectors, ``[batch, head, pos]`` gates, ``[batch, head]``
     scalars, ``[batch, pos, d]`` streams. A shape two of these fit is refused."""
+    if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in (*shape, n_pos, n_heads)):
+        raise TypeError(f"{name}: shape, n_pos and n_heads must be ints, got {tuple(shape)}, {n_pos!r}, {n_heads!r}")
     layouts = [
         ((1, 2), len(shape) == 4 and tuple(shape[1:]) == (n_heads, n_pos, n_pos)),
         ((2, 1), len(shape) == 4 and tuple(shape[1:3]) == (n_pos, n_heads)),
@@ -250,7 +263,8 @@ def patching_summary(frame: pd.DataFrame, by: Sequence[str] = ("hook", "layer", 
     ``by``, with ``pairs`` (how many) and ``component`` (a label such as ``L1H0 z`` or
     ``L0 resid_pre``), in the frame's order. An ``offset`` of ``<NA>`` (every position at
     once) is a group of its own."""
-    keys = list(by)
+    keys = check_columns("by", by)
+    check_frame("frame", frame, [*keys, "pair", "clean", "corrupt", "patched"], "activation_patching")
     grouped = frame.assign(gain=frame.patched - frame.corrupt, gap=frame.clean - frame.corrupt).groupby(
         keys, sort=False, dropna=False)
     table = grouped.agg(pairs=("pair", "size"), gain=("gain", "sum"), gap=("gap", "sum")).reset_index()
@@ -276,6 +290,10 @@ def receiver_inputs(model, layer: int) -> list[str]:
     by hook suffix: ``q``, ``k``, ``v``, and where the mechanism has them ``forget`` (TRA,
     FoT), ``q2``, ``k2`` (TDA's second view) and REL's and ALiBi's ``pos_bias``; only hooks
     that fire on this model (``model.fired_hooks()``)."""
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
+        raise TypeError(f"layer must be an int, got {type(layer).__name__}")
+    if not 0 <= layer < model.cfg.n_layers:
+        raise ValueError(f"layer {layer} is not a block of this {model.cfg.n_layers}-layer model")
     attn = f"blocks.{layer}.attn."
     # the outputs of the core are not its inputs; the rotated q and k are q's and k's
     own = Attention.OUTER_HOOKS - {"hook_z", "hook_result", *ROTATION_HOOKS}
