@@ -174,7 +174,7 @@ def test_the_docs_exist():
     kinds = {"index.md", "tutorials.md", "reference/index.md",
              *(f"how-to/{name}.md" for name in ("train-a-model", "diagnose-a-checkpoint", "add-a-mechanism",
                                                  "add-a-task", "sweep-on-ray", "run-on-a-gpu",
-                                                 "diagnose-a-transformerlens-model")),
+                                                 "diagnose-a-transformerlens-model", "port-transformerlens-code")),
              *(f"explanation/{name}.md" for name in ("tasks", "mechanisms", "metrics", "hooks-and-transformerlens",
                                                       "kernels-and-cpu-path", "learning-notes")),
              *(f"results/{name}.md" for name in ("claims", "benchmarks", "learning", "test-suite"))}
@@ -201,6 +201,27 @@ def test_the_specimen_lists_name_every_shipped_specimen():
     stream = sorted(name for name in pretrained.built()
                     if read_config(pretrained.path(name))["model"].get("norm_placement") == "stream")
     assert sorted(re.findall(r"`([\w-]+)`", listed)) == stream
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_tutorials_diagnosis_numbers_are_what_the_command_prints(tmp_path, capsys):
+    """Step 4 of the tour: every number it quotes from `glitchlens diagnose tra-mech`, from that command's JSON."""
+    from interp.cli import main
+
+    step = (ROOT / "docs/tutorials.md").read_text().split("### 4. Diagnose it")[1].split("###")[0]
+    text = " ".join(step.split())
+    quoted = re.search(r"no error in the ([\d,]+) `iid` reads, (\d+) in the ([\d,]+) `dense` ones \(([\d.]+)% of "
+                       r"those sequences right\), a bit-carrier argmax rate of ([\d.]+) in layer 1 and a last-write "
+                       r"\(exact-write\) argmax rate of ([\d.]+)", text).groups()
+    assert main(["diagnose", "tra-mech", "--lengths", "512", "--out", str(tmp_path), "--json", "--quiet"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    iid, dense = metrics["evaluation"]["iid"], metrics["evaluation"]["dense"]
+    carrier = metrics["bit_carrier"]["per_layer"][1]["argmax_rate"]
+    last_write = metrics["last_write"]["per_layer"][1]["argmax_rate"]
+    assert iid["read_errors"] == 0
+    assert quoted == (f"{iid['reads']:,}", str(dense["read_errors"]), f"{dense['reads']:,}",
+                      f"{100 * dense['sequence_accuracy']:.1f}", f"{carrier:g}", f"{last_write:.2f}")
 
 
 def test_the_add_a_task_example_keeps_the_contract():
