@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -236,6 +237,36 @@ def test_the_add_a_task_example_keeps_the_contract():
     assert [check.name for check in check_task(task) if not check.passed] == []
     assert task.scored_mask(task.load_split("iid", 8)).sum(1).min() > 1
     assert not task.splits["long"].in_distribution
+
+
+def test_every_tool_runs_on_the_add_a_task_example_as_the_how_to_shows(tmp_path, monkeypatch):
+    """The how-to's task and its Python walk through every tool, run as written on a tiny untrained
+    model of that task saved where the how-to's checkpoint is (its outputs under tmp_path)."""
+    import models
+    from interp.tasks import registry
+
+    text = (ROOT / "docs/how-to/add-a-task.md").read_text()
+    task_code, tools_code = (re.search(r"```python\n(.*?)```", text.split(heading)[1], re.S).group(1)
+                             for heading in ("## A task with several scored positions", "## Every tool on your task"))
+    namespace = {}
+    exec(task_code, namespace)
+    saved = dict(registry._TASKS)
+    try:
+        task = registry.register_task(namespace["AskedParityTask"]())
+        torch.manual_seed(0)
+        model = models.build_model(models.ModelConfig.from_preset("rope", "tiny", n_heads=2, d_vocab=task.d_vocab,
+                                                                  n_ctx=task.n_ctx))
+        models.save(tmp_path / "runs/asked-parity", model, training={"config": {"task": task.name}, "step": 0})
+        monkeypatch.chdir(tmp_path)
+        exec(tools_code, namespace)
+    finally:
+        registry._TASKS.clear()
+        registry._TASKS.update(saved)
+    diagnosis, explanation = namespace["diagnosis"], namespace["explanation"]
+    assert diagnosis.metrics["task"] == "asked-parity" and diagnosis.files["browser"].is_file()
+    assert len(diagnosis.metrics["probes"]) == 3 and explanation.summary["split"] == "long"
+    dla, patched = namespace["dla"], namespace["patched"]
+    assert set(dla.component) >= {"embed", "L0H0", "L1 MLP"} and patched.restored.notna().any()
 
 
 @pytest.mark.parametrize("path", [README, ROOT / "CHANGELOG.md", *DOCS], ids=lambda p: str(p.relative_to(ROOT)))
