@@ -4,12 +4,19 @@ weights of ``blocks[l].attn``, text inputs (``model("w1r1")``), ``hook_rot_q`` /
 models; and no hook that is added and silently never runs.
 
 The source of each ported test is named in its docstring (TransformerLens's repository,
-``tests/unit/test_hooks.py``). Those that cannot apply here, and why:
+``tests/unit/test_hooks.py`` and ``tests/unit/test_hook_points.py``). Those that cannot apply here,
+and why:
 
 - ``test_conditional_hooks``' second half (``hook_q_input`` after ``set_use_split_qkv_input(True)``):
   a block normalises its input once for every head (``set_use_split_qkv_input(True)`` is refused);
 - ``model.forward(prompt)`` with a string: our ``forward`` takes token ids; the string goes through
-  ``model(prompt)``, ``run_with_hooks`` and ``run_with_cache``, as the tests below call them.
+  ``model(prompt)``, ``run_with_hooks`` and ``run_with_cache``, as the tests below call them;
+- test_hook_points.py's ``enable_reshape`` tests: the bridge's tensor conversions, which a model
+  built on ``HookedRootModule`` never sets, and its mocked ``RemovableHandle`` tests, which test
+  PyTorch's handles rather than a model;
+- ``tests/unit/test_activation_cache.py``: its expected values are those of the pretrained
+  ``solu-1l``, which cannot be downloaded here; the same cache helpers are tested against sums
+  computed by hand on every mechanism, in both norm placements, in ``tests/test_transformer_lens.py``.
 """
 
 import warnings
@@ -138,6 +145,50 @@ def test_prepending_hooks(model):
             model.add_hook(last, hook, prepend=True)
         logits = model(prompt_of(model))
         assert torch.allclose(logits, model.unembed.b_U.expand_as(logits)) == zero_first
+
+
+def test_hook_points_add_and_report_hooks_by_direction_permanence_and_level(model):
+    """Ported from test_hook_points.py::test_add_hook_forward, ::test_add_hook_backward,
+    ::test_add_hook_permanent, ::test_add_hook_with_level and the TestHookPointHasHooks cases, on
+    a hook point of the specimen (our shape-checked HookPoint)."""
+    point = model.hook_dict["blocks.0.hook_resid_post"]
+
+    def hook(activation, hook):
+        return activation
+
+    assert not point.has_hooks() and not point.has_hooks(dir="bwd")
+    point.add_hook(hook, dir="fwd", level=0, is_permanent=True)
+    point.add_hook(hook, dir="fwd", level=1)
+    point.add_hook(hook, dir="bwd", level=2)
+    assert len(point.fwd_hooks) == 2 and len(point.bwd_hooks) == 1
+    assert point.fwd_hooks[0].is_permanent and point.fwd_hooks[1].context_level == 1
+    assert point.has_hooks(dir="fwd", level=0) and not point.has_hooks(dir="fwd", level=0, including_permanent=False)
+    assert point.has_hooks(dir="bwd", level=2) and not point.has_hooks(dir="bwd", level=1)
+    assert not point.has_hooks(level=3)
+    point.remove_hooks(dir="both")
+    assert point.has_hooks(dir="fwd") and not point.has_hooks(including_permanent=False), "the permanent one stays"
+    point.remove_hooks(dir="both", including_permanent=True)
+    assert not point.has_hooks()
+
+
+def test_a_backward_hook_sees_the_gradient_and_none_leaves_the_activation(model):
+    """A backward hook runs with the gradient of its activation (test_hooks.py's backward use), and a
+    forward hook returning None leaves the activation as it was
+    (test_hook_points.py::test_reshape_functionality_hook_returns_none_integration, without the
+    conversion)."""
+    grads = []
+    text = prompt_of(model)
+    unchanged = model.run_with_hooks(text, return_type="loss",
+                                     fwd_hooks=[("blocks.0.hook_resid_post", lambda resid, hook: None)])
+    torch.testing.assert_close(unchanged, model(text, return_type="loss"))
+    # TransformerLens's way to a backward hook: keep the hooks past the forward, then reset them
+    loss = model.run_with_hooks(text, return_type="loss", reset_hooks_end=False,
+                                bwd_hooks=[("blocks.0.hook_resid_post", lambda grad, hook: grads.append(grad))])
+    loss.backward()
+    model.reset_hooks()
+    assert len(grads) == 1 and grads[0].shape == (1, len(model.to_tokens(text)[0]), model.cfg.d_model)
+    assert grads[0].abs().sum() > 0 and not model.has_active_hooks()
+    model.zero_grad()
 
 
 def test_transformer_lens_layout_and_text_inputs(model):
