@@ -20,10 +20,10 @@ Without a gradient wanted and without a hook inside the attention core the CPU r
 kernel (:func:`kernels.native.diff_attention`, the ``rows`` path); in training, on other devices,
 or without a C compiler, each view runs through ``scaled_dot_product_attention`` and the two
 outputs are subtracted, ``A^(1) V - lambda A^(2) V`` (:func:`sdpa_attention`), whose backward is
-SDPA's own, which keeps no ``[query, key]`` map. Every hooked run, attention dropout and ``attention_impl="reference"`` in training compute
-the maps explicitly (:func:`diff_reference`); the Table 1 runs were trained on that reference
-(another path's backward changes the float rounding: ``attention_impl="reference"`` trains them
-as they were).
+SDPA's own, which keeps no ``[query, key]`` map. Every hooked run, attention dropout and
+``attention_impl="reference"`` in training compute the maps explicitly (:func:`diff_reference`);
+the Table 1 runs were trained on that reference (another path's backward changes the float
+rounding: ``attention_impl="reference"`` trains them as they were).
 
 Compared with the official ``MultiheadDiffAttn`` (``Diff-Transformer/multihead_diffattn.py`` of
 github.com/microsoft/unilm), which we follow in: the head split above, the view scale
