@@ -412,23 +412,35 @@ def estimate(plan: str | os.PathLike, out: str | os.PathLike, device: str = "cpu
     groups, skipped = plan_groups(read_plan(plan), device)
     for line in skipped:
         print(line)
-    rows, slots = [], [0.0] * jobs
+    rows = []
     limit = None if budget_s is None else budget_s - reserve_s
     scratch = Path(tempfile.mkdtemp(prefix=".campaign-estimate-", dir=out))
     try:
         for number, group in enumerate(groups):
             s_per_step, batched = _probe(group, device, scratch / str(number))
             steps_left = max(r.train_cfg.steps - _checkpoint_step(r.run_dir) for r in group.runs)
-            seconds = s_per_step * steps_left * (1 if batched else len(group.runs))
-            slot = min(range(jobs), key=slots.__getitem__)
-            begins, slots[slot] = slots[slot], slots[slot] + seconds
             rows.append({"group": group.label, "runs": len(group.runs), "batched": batched, "s_per_step": s_per_step,
-                         "steps_left": steps_left, "seconds": seconds, "begins_s": begins, "ends_s": slots[slot],
-                         "fits": limit is None or slots[slot] <= limit})
+                         "steps_left": steps_left,
+                         "seconds": s_per_step * steps_left * (1 if batched else len(group.runs))})
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    for row, (begins, ends, fits) in zip(rows, schedule([r["seconds"] for r in rows], jobs, limit)):
+        row |= {"begins_s": begins, "ends_s": ends, "fits": fits}
     print(estimate_table(rows, device, jobs, limit))
     return rows
+
+
+def schedule(seconds: list[float], jobs: int, limit: float | None) -> list[tuple[float, float, bool]]:
+    """Where each group of a plan begins and ends, ``jobs`` at a time in plan order (each on the
+    first slot free), and whether it ends within ``limit`` seconds; once one does not, no later one
+    is counted as fitting either: a plan is cut from its end."""
+    slots, placed, cut = [0.0] * jobs, [], False
+    for cost in seconds:
+        slot = min(range(jobs), key=slots.__getitem__)
+        begins, slots[slot] = slots[slot], slots[slot] + cost
+        cut = cut or (limit is not None and slots[slot] > limit)
+        placed.append((begins, slots[slot], not cut))
+    return placed
 
 
 def _probe(group: Group, device: str, scratch: Path) -> tuple[float, bool]:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 import torch
 import torch.nn.functional as F
-from jaxtyping import Bool, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from torch.func import functional_call, grad_and_value, vmap
 
@@ -102,7 +102,8 @@ class BatchOutcome:
     trained: dict[str, torch.nn.Module]
 
 
-def masked_mean_loss(logits, targets: Int[Tensor, "batch pos"], scored: Bool[Tensor, "batch pos"]) -> Tensor:
+def masked_mean_loss(logits: Float[Tensor, "batch pos d_vocab"], targets: Int[Tensor, "batch pos"],
+                     scored: Bool[Tensor, "batch pos"]) -> Float[Tensor, ""]:
     """The loop's loss without indexing (no shapes that depend on the data, as vmap needs): the mean
     cross-entropy over the scored positions."""
     per_position = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
@@ -148,7 +149,8 @@ class SeedStack:
         logits = functional_call(self.base, (params, buffers), (x,))
         return masked_mean_loss(logits, y, scored)
 
-    def step(self, step: int, x, y, scored) -> tuple[Tensor, Tensor]:
+    def step(self, step: int, x: Int[Tensor, "seed batch pos"], y: Int[Tensor, "seed batch pos"],
+             scored: Bool[Tensor, "seed batch pos"]) -> tuple[Float[Tensor, " seed"], Float[Tensor, " seed"]]:
         """One AdamW step of every seed on its own batch ``[seed, batch, pos]``; returns each seed's
         loss and gradient norm before clipping (on the device, unread)."""
         for group in self.optimizer.param_groups:

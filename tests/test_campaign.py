@@ -1,0 +1,152 @@
+"""``glitchlens campaign``: the plan file, the seeds of a configuration trained as one batched model
+(each seed equal to its single-seed run over 100 steps), resume after a stop, the budget cut from
+the plan's end, and the result.json of the sweeps."""
+
+import json
+import time
+from dataclasses import replace
+
+import pytest
+import torch
+
+import models
+from interp.studies import campaign, registry
+from interp.studies.cope_tasks import cope_task_run
+from interp.studies.campaign import Group, PlannedRun, plan_groups, read_plan, schedule
+from interp.training.batched import BatchStopped, SeedRun, train_batched, unbatchable
+from interp.training.loop import train
+from interp.training.recipes import run_configs
+
+
+def tiny_configs(model="rope", steps=100, **training):
+    return run_configs(model, "tiny", "cpu-learning", {"n_layers": 1, "d_model": 16, "n_heads": 2},
+                       {"seq_len": 32, "batch_size": 4, "steps": steps, "eval_every": 0, "eval_n": 2, **training})
+
+
+def weights(path):
+    return models.load(path).state_dict()
+
+
+def write_plan(tmp_path, entries):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"entries": entries}))
+    return path
+
+
+def test_each_seed_of_a_batch_follows_its_single_seed_run_over_100_steps(tmp_path):
+    torch.set_num_threads(1)
+    model_cfg, cfg = tiny_configs()
+    seeds = [SeedRun(tmp_path / f"batched{s}", replace(cfg, seed=s)) for s in (0, 1, 2)]
+    outcome = train_batched(model_cfg, seeds)
+    assert outcome.steps_run == 100 and not outcome.diverged
+    for seed in (0, 1, 2):
+        alone = train(model_cfg, replace(cfg, seed=seed), tmp_path / f"alone{seed}", progress=False).state_dict()
+        batched = weights(tmp_path / f"batched{seed}")
+        for name, value in alone.items():
+            torch.testing.assert_close(batched[name], value, rtol=1e-5, atol=1e-5, msg=name)
+        losses = [[json.loads(line)["loss"] for line in (tmp_path / f"{kind}{seed}" / "log.jsonl").read_text()
+                   .splitlines() if '"loss"' in line] for kind in ("alone", "batched")]
+        assert losses[0] == pytest.approx(losses[1], rel=1e-4)
+
+
+def test_a_batch_stopped_at_its_deadline_resumes_to_the_uninterrupted_result(tmp_path):
+    torch.set_num_threads(1)
+    model_cfg, cfg = tiny_configs(steps=8)
+    whole = [SeedRun(tmp_path / f"whole{s}", replace(cfg, seed=s)) for s in (0, 1)]
+    train_batched(model_cfg, whole)
+    parts = [SeedRun(tmp_path / f"parts{s}", replace(cfg, seed=s)) for s in (0, 1)]
+    train_batched(model_cfg, parts, until=3)   # a checkpoint at step 3, as a kill after it leaves
+    with pytest.raises(BatchStopped) as stopped:
+        train_batched(model_cfg, parts, deadline=time.time())   # stops after one more step, saved
+    assert stopped.value.step == 4
+    assert models.read_config(parts[0].out)["training"]["step"] == 4
+    train_batched(model_cfg, parts)
+    for s in (0, 1):
+        resumed, uninterrupted = weights(tmp_path / f"parts{s}"), weights(tmp_path / f"whole{s}")
+        assert all(torch.equal(resumed[k], uninterrupted[k]) for k in uninterrupted)
+    logs = [[{k: v for k, v in json.loads(line).items() if k != "time"}
+             for line in (tmp_path / name / "log.jsonl").read_text().splitlines()] for name in ("parts0", "whole0")]
+    assert logs[0] == logs[1] and [r["step"] for r in logs[0]] == [*range(1, 9), 8]   # the last: the final check
+
+
+def test_what_cannot_be_batched_is_named():
+    model_cfg, cfg = tiny_configs()
+    assert unbatchable(model_cfg, cfg) is None
+    assert "dropout" in unbatchable(replace(model_cfg, attention_dropout=0.1), cfg)
+    assert "Label" in unbatchable(tiny_configs("label")[0], cfg)
+    assert "LSTM" in unbatchable(tiny_configs("lstm")[0], cfg)
+    assert "regularisers" in unbatchable(model_cfg, replace(cfg, regulariser="entropy", reg_coef=0.1))
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"study": "cope-tasks"}, "\"out\" must name"),
+    ({"out": "x"}, "either a \"study\" or \"specimens\""),
+    ({"out": "x", "study": "app-a", "seeds": [0]}, "grid keys"),
+    ({"out": "x", "study": "table1", "colour": 1}, "unknown keys"),
+])
+def test_a_bad_plan_entry_is_named(tmp_path, entry, message):
+    with pytest.raises(ValueError, match=message):
+        read_plan(write_plan(tmp_path, [entry]))
+
+
+def test_a_plan_names_the_studies_runs_in_their_directories(tmp_path):
+    entries = read_plan(write_plan(tmp_path, [
+        {"study": "cope-tasks", "out": str(tmp_path / "cope"), "tasks": ["selective-copy"], "models": ["cope", "ape"],
+         "seeds": [3, 4]},
+        {"study": "table1", "out": str(tmp_path / "t1"), "steps": 10000, "models": ["diff", "label"], "seeds": [0]},
+        {"study": "cope-tasks", "out": str(tmp_path / "x"), "models": ["no-such-model"], "seeds": [0]},
+        {"study": "r6-levers", "out": str(tmp_path / "r6"), "match": "*-seed4"},
+    ]))
+    groups, skipped = plan_groups(entries, "cpu")
+    assert [g.label.rsplit("/", 1)[1] for g in groups] == [
+        "selective-copy-cope seeds 3,4", "selective-copy-ape seeds 3,4", "diff seeds 0", "label seeds 0",
+        "rope-embdrop0.5 seeds 4"]
+    assert [g.unbatched is None for g in groups] == [True, True, True, False, False]
+    assert len(skipped) == 1 and "entry 2" in skipped[0] and "no-such-model" in skipped[0]
+    cope = groups[0].runs[0]
+    assert cope.run_dir == tmp_path / "cope" / "runs" / "selective-copy-cope-seed3"
+    assert ((cope.model_cfg, cope.train_cfg), cope.header) == registry.study_run(
+        "selective-copy-cope-seed3", cope_task_run("selective-copy", "cope", 3))
+    assert groups[2].runs[0].header["scale"]["steps"] == 10000 and groups[2].runs[0].train_cfg.steps == 10000
+
+
+def test_a_plan_that_does_not_fit_is_cut_from_its_end():
+    placed = schedule([100, 50, 300, 10], jobs=2, limit=200)
+    assert [fits for _, _, fits in placed] == [True, True, False, False]   # the 10 s group after the cut too
+    assert [(begins, ends) for begins, ends, _ in placed] == [(0, 100), (0, 50), (50, 350), (100, 110)]
+
+
+def test_no_group_starts_after_the_training_deadline(tmp_path):
+    model_cfg, cfg = tiny_configs(steps=4)
+    run = PlannedRun(0, str(tmp_path), "rope-seed0", model_cfg, cfg, {"model": "rope", "seed": 0}, 2, "table1")
+    log = tmp_path / "campaign.jsonl"
+    record = campaign.train_group(Group((run,), None), "cpu", time.time() - 1, 60, str(log), 0.0)
+    assert record["status"].startswith("not started") and not run.run_dir.exists()
+    assert json.loads(log.read_text())["status"] == record["status"]
+
+
+def test_the_campaign_writes_the_sweeps_result_json(tmp_path, monkeypatch):
+    """A cope-tasks run trained by the campaign (batched) and by the sweep (alone): the same
+    result.json keys and header, and results.tar holds the campaign's."""
+    monkeypatch.setattr(registry, "EVAL_N", 3)
+    monkeypatch.chdir(tmp_path)
+    steps = {"steps": 2}
+    plan = write_plan(tmp_path, [{"study": "cope-tasks", "out": "sweep", "tasks": ["counting"], "models": ["ape"],
+                                  "seeds": [0, 1], **steps}])
+    records = campaign.campaign(plan, "out", jobs=1)
+    assert [r["status"] for r in records] == ["trained"] and records[0]["batched"]
+    ours = json.loads((tmp_path / "sweep/runs/counting-ape-seed0/result.json").read_text())
+    run = registry.cope_tasks_runs()["counting-ape-seed0"]
+    run = replace(run, training={**run.training, **steps})
+    theirs = registry.run_study_one("cope-tasks", "counting-ape-seed0", run, str(tmp_path / "alone"))
+
+    def shape(value):
+        return {k: shape(v) for k, v in value.items()} if isinstance(value, dict) else type(value).__name__
+    assert shape(ours) == shape(theirs)
+    assert {k: ours[k] for k in ("name", "model", "seed", "command", "task")} == {
+        k: theirs[k] for k in ("name", "model", "seed", "command", "task")}
+    import tarfile
+    with tarfile.open(tmp_path / "out" / "results.tar") as tar:
+        assert sorted(tar.getnames()) == ["sweep/runs/counting-ape-seed0/result.json",
+                                          "sweep/runs/counting-ape-seed1/result.json"]
+    assert plan_groups(read_plan(plan), "cpu")[0] == []   # done: a second campaign trains nothing
