@@ -68,6 +68,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as dump_safetensors
 
 from models import files as disk
+from models import validate
 from models.config import ModelConfig
 from models.mechanisms import (checkpoint_record, find_mechanism, missing_from_checkpoint, plugin_class,
                                registered_class_mismatch)
@@ -101,6 +102,8 @@ class CheckpointError(ValueError):
 
 def build_model(cfg: ModelConfig) -> torch.nn.Module:
     """The hooked model a config describes (the transformer, or the LSTM skyline)."""
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(f"cfg must be a models.ModelConfig (ModelConfig.from_preset(...)), got {validate.shown(cfg)}")
     if cfg.model == "lstm":
         from models.lstm import LSTMModel
 
@@ -157,7 +160,7 @@ def save(
 ) -> Path:
     """Write a checkpoint into directory ``path`` (created if needed), atomically: see the
     module docstring. Other files in ``path`` are left alone."""
-    path = Path(path)
+    path, model = Path(validate.path("path", path)), validate.model("model", model)
     if path.exists() and not path.is_dir():
         raise CheckpointError(f"{path} is a file; a checkpoint is a directory: choose another path")
     try:
@@ -234,7 +237,7 @@ def tensor_files(config: dict[str, Any]) -> dict[str, str]:
 
 def read_config(path: str | os.PathLike) -> dict[str, Any]:
     """The parsed and checked ``config.json`` of a checkpoint directory."""
-    path = Path(path)
+    path = Path(validate.path("path", path))
     if not path.exists():
         raise CheckpointError(f"{path}: no such checkpoint directory")
     if not path.is_dir():
@@ -426,7 +429,7 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu") -> torch.n
     error lists the differences, the sizes (layers, widths) before the model is built.
     Parameters holding NaN or Inf load, with a warning.
     """
-    path = Path(path)
+    path, device = Path(validate.path("path", path)), validate.device("device", device)
     config, tensors = read_checkpoint(path)
     cfg = model_config(config, path)
     sizes = {name: size for name, size in _sizes(tensors).items() if getattr(cfg, name) != size}

@@ -19,6 +19,7 @@ besides its hooks, shared by the transformer and the LSTM.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 import warnings
@@ -35,6 +36,7 @@ from transformer_lens.utilities import Slice, get_act_name, lm_cross_entropy_los
 
 from kernels.common import upcast
 from kernels.rows import at_rows
+from models import validate
 from models.tokens import FLIPFLOP_VOCAB, as_token_ids, detokenize, task_vocab, tokenize
 
 
@@ -352,6 +354,11 @@ def read_mask(tokens: Int[Tensor, "batch pos"], vocab: tuple[str, ...]) -> Bool[
     return (tokens == vocab.index("r")) & instruction
 
 
+class UnknownHookError(KeyError, ValueError):
+    """A hook name that is no hook point of the model: a ``KeyError`` as TransformerLens's lookup
+    raises, and a ``ValueError`` as every refused argument here."""
+
+
 class ShapeCheckedHookPoint(HookPoint):
     """A hook point whose hooks may replace its activation only by a tensor of the same shape: a
     ``hook_pattern`` hook returning ``[batch, head, 1, key_pos]`` would otherwise be broadcast to
@@ -363,6 +370,9 @@ class ShapeCheckedHookPoint(HookPoint):
         if not self._forward_hooks:
             return super().__call__(x)
         out = super().__call__(x)
+        if isinstance(x, torch.Tensor) and not isinstance(out, torch.Tensor):
+            raise TypeError(f"a hook on {self.name} returned {validate.shown(out)}: a hook returns None (the "
+                            "activation unchanged) or a tensor of the activation's shape")
         if isinstance(out, torch.Tensor) and isinstance(x, torch.Tensor) and out.shape != x.shape:
             raise ValueError(f"a hook on {self.name} returned a tensor of shape {tuple(out.shape)} for its "
                              f"activation of shape {tuple(x.shape)}: a hook may change the values, not the shape")
@@ -444,14 +454,31 @@ class HookedModelMixin:
         super().add_hook(name, hook, dir=dir, is_permanent=is_permanent, level=level, prepend=prepend)
 
     def run_with_hooks(self, *model_args, fwd_hooks=(), bwd_hooks=(), **kwargs):
-        """``HookedRootModule.run_with_hooks`` (text inputs too), refusing a named hook point
-        that never fires (:meth:`check_hook`)."""
-        for name, _ in (*fwd_hooks, *bwd_hooks):
-            if isinstance(name, str):
-                self.check_hook(name)
+        """``HookedRootModule.run_with_hooks`` (text inputs too), refusing a hook that is not a
+        ``(name or filter, function)`` pair, a name that is no hook point of this model and a named
+        hook point that never fires (:meth:`check_hook`)."""
+        for argument, hooks in (("fwd_hooks", fwd_hooks), ("bwd_hooks", bwd_hooks)):
+            for hook in validate.sequence(argument, hooks):
+                self.check_hook_pair(argument, hook)
         if model_args:
             model_args = (self.as_input(model_args[0]), *model_args[1:])
         return super().run_with_hooks(*model_args, fwd_hooks=list(fwd_hooks), bwd_hooks=list(bwd_hooks), **kwargs)
+
+    def check_hook_pair(self, argument: str, hook) -> None:
+        """A one-line error naming ``argument`` unless ``hook`` is a pair of a hook name of this
+        model (or a filter function of names) and a function."""
+        if not (isinstance(hook, (tuple, list)) and len(hook) == 2):
+            raise TypeError(f"{argument} must hold (hook name, function) pairs, got {validate.shown(hook)}")
+        name, function = hook
+        validate.function(f"{argument}: the function of {name!r}", function)
+        if not isinstance(name, str):
+            validate.function(f"{argument}: a hook name (a string, or a filter function of names)", name)
+        elif self.hook_aliases.get(name, name) not in self.hook_dict:
+            close = difflib.get_close_matches(name, list(self.hook_dict), n=3)
+            raise UnknownHookError(f"{argument}: {name!r} is not a hook of this {architecture(self)}; "
+                                   + (f"did you mean {', '.join(close)}?" if close else "model.hook_dict lists them"))
+        else:
+            self.check_hook(name)
 
     def check_hook(self, name: str) -> None:
         """A ``ValueError`` if the hook point ``name`` exists but never fires on this model (a hook

@@ -86,13 +86,15 @@ def register_mechanism(name: str, cls: type) -> type:
     A name that is taken, or that is not lower-case letters, digits and ``_``, is refused, and
     so is a class that is not an :class:`models.attention.Attention` with an ``attend`` and a
     dataclass of options."""
+    from models import validate
     from models.attention.base import REGISTRY, Attention, register
 
     if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise ValueError(f"mechanism name {name!r}: use lower-case letters, digits and _, starting with a letter")
+        raise ValueError(f"mechanism name {validate.shown(name)}: use lower-case letters, digits and _, starting "
+                         "with a letter")
     if not (isinstance(cls, type) and issubclass(cls, Attention)):
-        raise ValueError(f"{name}: {cls!r} is not a subclass of models.attention.Attention; a mechanism subclasses "
-                         f"it and implements attend(q, k, v, x, positions=None) ({GUIDE})")
+        raise ValueError(f"{name}: cls {validate.shown(cls)} is not a subclass of models.attention.Attention; a "
+                         f"mechanism subclasses it and implements attend(q, k, v, x, positions=None) ({GUIDE})")
     if cls.attend is Attention.attend:
         raise ValueError(f"{name}: {class_path(cls)} does not implement attend(q, k, v, x, positions=None), which "
                          "maps q, k, v [batch, pos, head, d_head] to z [batch, pos, head, d_head]")

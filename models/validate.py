@@ -79,9 +79,13 @@ def number(name: str, value, low: float | None = None, high: float | None = None
     outside = ((low is not None and (value < low or (open_low and value == low)))
                or (high is not None and (value > high or (open_high and value == high))))
     if not math.isfinite(value) or outside:
-        where = f"{'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}" if None not in (low, high) \
-            else _bounds(low, high)
-        raise ValueError(f"{name} must be a finite number {where}".rstrip() + f", got {value}")
+        if low is not None and high is not None:
+            where = f" {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
+        elif low is not None:
+            where = f" {'>' if open_low else '>='} {low}"
+        else:
+            where = "" if high is None else f" {'<' if open_high else '<='} {high}"
+        raise ValueError(f"{name} must be a finite number{where}, got {value}")
     return value
 
 
@@ -202,6 +206,13 @@ def device(name: str, value):
         return torch.device(value)
     except (RuntimeError, ValueError):
         raise ValueError(f"{name} {value!r} is not a device name (cpu, cuda, cuda:0, mps)") from None
+
+
+def sequence(name: str, values) -> list:
+    """``values``, a list or tuple (of hooks, pairs, ...), as a list."""
+    if not isinstance(values, (list, tuple)):
+        raise TypeError(f"{name} must be a list, got {shown(values)}")
+    return list(values)
 
 
 def frame(name: str, value, columns: Iterable[str] = (), empty: bool = True):

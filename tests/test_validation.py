@@ -197,3 +197,113 @@ def test_attention_maps_beyond_the_limit_are_refused_before_they_are_allocated(m
         net.run_with_cache(tokens)
     with torch.no_grad():
         assert torch.isfinite(net(tokens)).all(), "without gradients the CPU path streams the keys"
+
+
+# --- The public API checks what it is given (models.validate): one line naming the argument.
+
+def _pattern(dtype=None):
+    import torch
+
+    pattern = torch.full((1, 1, 4, 4), 0.25).tril()
+    return pattern if dtype is None else pattern.to(dtype)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda m: m.sparsity(_pattern(__import__("torch").int8)), TypeError, "a"),
+    (lambda m: m.sparsity(_pattern(__import__("torch").bool)), TypeError, "a"),
+    (lambda m: m.sparsity(_pattern(__import__("torch").complex64)), TypeError, "a"),
+    (lambda m: m.sparsity({0: _pattern() * math.inf}), ValueError, r"maps\[0\] holds NaN or infinite weights"),
+    (lambda m: m.entropy_summary(_pattern() * math.nan), ValueError, r"maps\[0\] holds NaN or infinite weights"),
+    (lambda m: m.sparsity({}), ValueError, "maps: no attention maps given"),
+    (lambda m: m.dispersion(_pattern(), eps=-1e-3), ValueError, "eps must be a finite number > 0"),
+    (lambda m: m.dispersion(_pattern(), eps=math.nan), ValueError, "eps must be a finite number"),
+    (lambda m: m.tail_probabilities(_pattern(), ks=(2, -1)), ValueError, r"ks\[1\] must be a finite number >= 0"),
+    (lambda m: m.tail_probabilities(_pattern(), ks=()), ValueError, "ks is empty"),
+    (lambda m: m.sink_ratio(_pattern(), key_pos=[0.5]), TypeError, r"key_pos\[0\] must be an integer"),
+    (lambda m: m.sink_ratio(_pattern(), key_pos=[-1]), ValueError, "key_pos: .* outside"),
+    (lambda m: m.t_interval([1.0]), ValueError, "values must hold at least two draws"),
+    (lambda m: m.t_interval([1.0, math.inf]), ValueError, "values holds NaN or infinite values"),
+    (lambda m: m.t_interval([1.0, 2.0], confidence=1), ValueError, r"confidence must be a finite number \(0, 1\)"),
+    (lambda m: m.wilson_interval([1, 2], [3, 4, 5]), ValueError, "count .* and n .* must have one shape"),
+    (lambda m: m.summarise(m.sparsity(_pattern()), how="banana"), ValueError, "how must be one of"),
+    (lambda m: m.sink_eps([1, 2]), TypeError, "sink_frame must be a pandas DataFrame"),
+    (lambda m: m.gaussian_tail(1j), TypeError, "k must be a real number"),
+    (lambda m: m.heatmap_window(8, [1.5], 4), TypeError, r"wrong\[0\] must be an integer"),
+])
+def test_the_metrics_refuse_nonsense_naming_the_argument(call, error, message):
+    """The functions' own checks, without the suite's beartype shape checks (tests/conftest.py) in
+    front of them, as a user's program calls them."""
+    import inspect
+    from types import SimpleNamespace
+
+    import interp.metrics
+
+    bodies = SimpleNamespace(**{name: inspect.unwrap(value) for name, value in vars(interp.metrics).items()
+                                if callable(value)})
+    with pytest.raises(error, match=message):
+        call(bodies)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda t: t.sample_ffl(2.5, 64), TypeError, "n must be an integer, got 2.5"),
+    (lambda t: t.sample_ffl(-2, 64), ValueError, "n must be an integer >= 0, got -2"),
+    (lambda t: t.sample_ffl(2, 64, p_i=math.nan), ValueError, "p_i must be a finite number"),
+    (lambda t: t.sample_ffl(2, 64, rng=-1), ValueError, "rng must be an integer >= 0"),
+    (lambda t: t.sample_ffl(2, 64, rng="seed"), TypeError, "rng must be a seed"),
+    (lambda t: t.get_task("counting").sample(-2, 64, 0), ValueError, "n must be an integer >= 0, got -2"),
+    (lambda t: t.get_task("selective-copy").sample(2, 64.0, 0), TypeError, "seq_len must be an integer"),
+    (lambda t: t.get_task("flipflop").train_batch(4, -1, 0), ValueError, "step must be an integer >= 0"),
+    (lambda t: t.get_task(["flipflop"]), TypeError, "name must be a string"),
+    (lambda t: t.load_split("iid", 2.0), TypeError, "n must be an integer"),
+    (lambda t: t.train_batch(4, 0, 0, mixture=1), TypeError, "mixture must be True or False"),
+    (lambda t: t.read_mask("w1r1"), TypeError, "tokens must be"),
+    (lambda t: t.parse_sequences("w1r1"), TypeError, "texts must be a list of strings"),
+    (lambda t: t.instruction_probs("0.5"), TypeError, "p_i must be a real number"),
+])
+def test_the_tasks_refuse_nonsense_naming_the_argument(call, error, message):
+    import interp.tasks
+
+    with pytest.raises(error, match=message):
+        call(interp.tasks)
+
+
+def test_a_task_of_ones_own_gets_the_sample_checks_too():
+    import numpy as np
+
+    from interp.tasks import Task
+
+    class Ones(Task):
+        name, vocab = "ones", ("1",)
+
+        def sample(self, n, seq_len, rng):
+            return np.ones((n, seq_len), dtype=np.uint8)
+
+    assert Ones().sample(2, 3, 0).shape == (2, 3)
+    with pytest.raises(ValueError, match="n must be an integer >= 0, got -2"):
+        Ones().sample(-2, 3, 0)
+
+
+def test_models_refuse_nonsense_naming_the_argument():
+    import torch
+
+    import models
+
+    with pytest.raises(TypeError, match="name must be a string, got 123"):
+        models.load_pretrained(123)
+    with pytest.raises(TypeError, match="cfg must be a models.ModelConfig"):
+        build_model({"model": "tra"})
+    with pytest.raises(TypeError, match="path must be a path"):
+        models.load(None)
+    with pytest.raises(ValueError, match="device 'gpu0' is not a device name"):
+        models.load("nowhere", device="gpu0")
+    model = build_model(ModelConfig.from_preset("tra", "tiny", n_ctx=16)).eval()
+    tokens = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"fwd_hooks: 'blocks.0.attn.hook_patern' is not a hook of this tra model.*"
+                                         r"did you mean blocks.0.attn.hook_pattern"):
+        model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_patern", lambda act, hook: act)])
+    with pytest.raises(KeyError):   # as TransformerLens's own lookup
+        model.run_with_hooks(tokens, fwd_hooks=[("nosuch.hook", lambda act, hook: act)])
+    with pytest.raises(TypeError, match="fwd_hooks must hold \\(hook name, function\\) pairs"):
+        model.run_with_hooks(tokens, fwd_hooks=["blocks.0.attn.hook_pattern"])
+    with pytest.raises(TypeError, match="a hook on blocks.0.attn.hook_pattern returned 'x': a hook returns None"):
+        model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_pattern", lambda act, hook: "x")])

@@ -128,7 +128,8 @@ def region_masses(pattern: Map, regions: dict[str, Bool[Tensor, "read key_pos"]]
         raise TypeError(f"regions must be a dict {{region: [read, key_pos] bool}} (key_regions), got "
                         f"{validate.shown(regions)}")
     for name, keys in regions.items():
-        if tuple(validate.array(f"regions[{name!r}]", keys, "bool", 2, empty=True).shape) != (len(seq), pattern.shape[-1]):
+        shape = tuple(validate.array(f"regions[{name!r}]", keys, "bool", 2, empty=True).shape)
+        if shape != (len(seq), pattern.shape[-1]):
             raise ValueError(f"regions[{name!r}] must be [read, key_pos] = [{len(seq)}, {pattern.shape[-1]}], got "
                              f"{tuple(keys.shape)}")
     rows = _read_rows(pattern, seq, position).abs()

@@ -73,7 +73,8 @@ def cache_maps(cache, name: str = "pattern") -> dict[int, Map]:
         raise TypeError(f"cache must be a TransformerLens ActivationCache or a dict of hook name -> tensor, got "
                         f"{validate.shown(cache)}")
     pattern = attention_hook(validate.text("name", name))
-    maps = {int(m.group(1)): cache[key] for key in cache.keys() if isinstance(key, str) and (m := pattern.fullmatch(key))}
+    maps = {int(m.group(1)): cache[key] for key in cache.keys()
+            if isinstance(key, str) and (m := pattern.fullmatch(key))}
     if not maps:
         raise MissingHookError(f"the cache has no 'blocks.*.attn.hook_{name}' (was it run with that hook cached?)")
     return dict(sorted(maps.items()))
@@ -393,7 +394,8 @@ def survivor_scaling(maps_per_length: Iterable[MapAnyLength | Mapping[int, MapAn
     growth a dispersive mechanism would show."""
     if isinstance(maps_per_length, (str, bytes, Mapping, torch.Tensor, np.ndarray)) or not isinstance(
             maps_per_length, Iterable):
-        raise TypeError(f"maps_per_length must be a list of Maps, one per length, got {validate.shown(maps_per_length)}")
+        raise TypeError(f"maps_per_length must be a list of Maps, one per length, got "
+                        f"{validate.shown(maps_per_length)}")
     counts = [survivor_counts(layers_of(m, f"maps_per_length[{i}]"), name) for i, m in enumerate(maps_per_length)]
     if not counts:
         raise ValueError("maps_per_length is empty; pass one Maps per context length")

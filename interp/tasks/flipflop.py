@@ -91,7 +91,8 @@ def check_draw_size(n: int, seq_len: int, what: str = "sequences") -> None:
     n, seq_len, what = validate.integer("n", n, 0), validate.integer("seq_len", seq_len, 0), validate.text("what", what)
     if n * seq_len > MAX_TOKENS:
         raise ValueError(f"{n:,} {what} of {seq_len:,} tokens are {n * seq_len:,} tokens, more than the "
-                         f"{MAX_TOKENS:,} (interp.tasks.MAX_TOKENS) one draw holds: ask for fewer or shorter ones (n, seq_len)")
+                         f"{MAX_TOKENS:,} (interp.tasks.MAX_TOKENS) one draw holds: ask for fewer or shorter ones "
+                         "(n, seq_len)")
 
 
 def sample_mixture(

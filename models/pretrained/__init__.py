@@ -53,9 +53,10 @@ def info(name: str) -> dict[str, Any]:
 def load_pretrained(name: str, device: str | torch.device = "cpu") -> torch.nn.Module:
     """A pretrained model by name (``tra-mech``, ``fot-mech``, ...), in eval mode, ready to hook;
     ``model.cfg.model_name`` is that name."""
+    from models import validate
     from models.checkpoint import load
 
-    info(name)
+    info(validate.text("name", name))
     model = load(path(name), device=device)
     model.cfg.model_name = name
     return model
