@@ -134,3 +134,48 @@ def test_a_task_of_ones_own_trains_and_evaluates_through_the_command_line(tmp_pa
 def test_a_task_is_a_subclass_with_a_contract():
     with pytest.raises(NotImplementedError):
         Task().sample(1, 4, 0)
+
+
+def test_a_task_and_a_mechanism_of_installed_packages_need_no_flag_and_a_checkpoint_imports_nothing(
+        tmp_path, monkeypatch, capsys):
+    """Entry points as an installed package declares them (``importlib.metadata.EntryPoint``): the
+    commands find the task and the mechanism by their names alone; once neither is declared, the
+    checkpoint that records them is refused, naming what to register, and no code is imported."""
+    from importlib.metadata import EntryPoint
+
+    from models import mechanisms
+    from support import registries_kept
+
+    declared = {registry.ENTRY_POINT_GROUP: [EntryPoint("parity", PLUGIN, registry.ENTRY_POINT_GROUP)],
+                mechanisms.ENTRY_POINT_GROUP: [EntryPoint("sigmoid", "plugin_mechanisms:SigmoidAttention",
+                                                          mechanisms.ENTRY_POINT_GROUP)]}
+    import importlib.metadata
+
+    installed = importlib.metadata.entry_points
+
+    def entry_points(**selection):
+        group = selection.get("group")
+        return declared.get(group, []) if group in (registry.ENTRY_POINT_GROUP, mechanisms.ENTRY_POINT_GROUP) \
+            else installed(**selection)
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    monkeypatch.setattr(registry, "entry_points", entry_points)   # imported by name when the registry loads
+    monkeypatch.delenv(mechanisms.ENVIRONMENT_VARIABLE, raising=False)
+    ckpt = tmp_path / "parity-sigmoid"
+    with registries_kept():
+        assert main(["train", "--task", "parity", "--model", "sigmoid", "--steps", "2", "--batch-size", "2",
+                     "--n-layers", "1", "--d-model", "16", "--n-heads", "2", "--eval-n", "2", "--out", str(ckpt),
+                     "--quiet"]) == 0
+    registry._TASKS.pop("parity")
+    capsys.readouterr()
+    with registries_kept():   # a fresh process: neither is registered until a command names it
+        assert main(["eval", str(ckpt), "-n", "2", "--json", "--quiet"]) == 0
+        assert set(json.loads(capsys.readouterr().out)) == {"iid", "long"}
+        assert main(["check-task", "parity"]) == 0
+    registry._TASKS.pop("parity")
+    declared.clear()
+    monkeypatch.setattr("importlib.import_module", lambda *a, **k: pytest.fail(f"imported {a}"))
+    with registries_kept():
+        assert main(["eval", str(ckpt), "-n", "2", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown task 'parity'" in err and "'glitchlens.tasks' entry point" in err
