@@ -116,6 +116,17 @@ def test_a_plan_that_does_not_fit_is_cut_from_its_end():
     assert [(begins, ends) for begins, ends, _ in placed] == [(0, 100), (0, 50), (50, 350), (100, 110)]
 
 
+def test_a_batch_that_cannot_finish_by_the_deadline_stops_once_its_rate_says_so():
+    from interp.training.batched import _why_stop
+
+    soon = time.time() + 100
+    assert _why_stop(False, soon, 20, 30, 30, 50) is None                  # 50 s left of 100
+    assert _why_stop(False, soon, 20, 30, 30, 500).startswith("cut")       # 500 s left
+    assert _why_stop(False, soon, 20, 10, 10, 500) is None                 # too early to project
+    assert _why_stop(False, time.time() - 1, None, 0, 0, 1) == "stopped at the deadline"
+    assert _why_stop(True, None, None, 0, 0, 1) == "stopped by a signal"
+
+
 def test_no_group_starts_after_the_training_deadline(tmp_path):
     model_cfg, cfg = tiny_configs(steps=4)
     run = PlannedRun(0, str(tmp_path), "rope-seed0", model_cfg, cfg, {"model": "rope", "seed": 0}, 2, "table1")

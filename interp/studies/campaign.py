@@ -28,7 +28,9 @@ groups train at once, each in a process of its own, in plan order.
 ``--budget-s``: the campaign ends within that many seconds. Training stops ``reserve_s`` before
 the end, each unfinished run at a checkpoint (and the same command resumes it); a run that
 finished is evaluated and reported, an unfinished one is not. No group starts after the training
-deadline, so a plan that does not fit is cut from its end. ``--estimate`` measures each group's
+deadline, and a batched group whose first :data:`PROJECT_AFTER_S` seconds of steps project its end
+past it stops then, at a checkpoint, leaving its process to the next group: a plan that does not
+fit is cut from its end, and a group that cannot finish does not hold back those after it. ``--estimate`` measures each group's
 steps per second on the device (a few steps in a scratch folder of ``--out``) and prints what fits.
 
 What ``--out`` receives: ``campaign.jsonl`` (one record per group: its runs, whether batched,
@@ -59,6 +61,9 @@ TAR_FILE = "results.tar"
 ENTRY_KEYS = {"out", "settles", "study", "specimens", "match", "models", "tasks", "seeds", "steps", "scale"}
 GRID_KEYS = {"table1": {"models", "seeds", "steps", "scale"}, "cope-tasks": {"tasks", "models", "seeds", "steps"}}
 PROBE_STEPS = 6   # steps a group trains in --estimate (the first, with its start-up, is not timed)
+# Seconds of steps after which a batched group that would end past the training deadline stops at a
+# checkpoint and leaves its process to the next group (the same command resumes it)
+PROJECT_AFTER_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -262,9 +267,10 @@ def _train_batched_group(group: Group, device: str, deadline: float | None, chec
     model_cfg = group.runs[0].model_cfg
     for impl in dict.fromkeys([model_cfg.attention_impl, "reference"]):   # custom kernels may lack a batching rule
         try:
-            outcome = train_batched(model_cfg, seeds, device, deadline, checkpoint_s, impl=impl)
+            outcome = train_batched(model_cfg, seeds, device, deadline, checkpoint_s, impl=impl,
+                                    project_after_s=PROJECT_AFTER_S)
         except BatchStopped as stopped:
-            record_.update(status=f"stopped at step {stopped.step} (checkpoints saved)", impl=impl,
+            record_.update(status=f"{stopped.why} at step {stopped.step} (checkpoints saved)", impl=impl,
                            seeds_per_step=len(seeds), steps_run=stopped.steps_run, seconds=stopped.step_seconds)
             return
         except (KeyboardInterrupt, ValueError):

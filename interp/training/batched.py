@@ -78,15 +78,15 @@ class SeedRun:
 
 
 class BatchStopped(Exception):
-    """The batch stopped before its last step (the deadline, or a stop signal), each seed's
-    checkpoint saved at ``step``."""
+    """The batch stopped before its last step (``why``: the deadline, a stop signal, or a
+    projected end past the deadline), each seed's checkpoint saved at ``step``."""
 
-    def __init__(self, step: int, steps_run: int = 0, step_seconds: float = 0.0):
-        self.step, self.steps_run, self.step_seconds = step, steps_run, step_seconds
-        super().__init__(f"stopped after step {step}, each seed's checkpoint saved")
+    def __init__(self, step: int, steps_run: int = 0, step_seconds: float = 0.0, why: str = "stopped"):
+        self.step, self.steps_run, self.step_seconds, self.why = step, steps_run, step_seconds, why
+        super().__init__(f"{why} after step {step}, each seed's checkpoint saved")
 
     def __reduce__(self):
-        return type(self), (self.step, self.steps_run, self.step_seconds)
+        return type(self), (self.step, self.steps_run, self.step_seconds, self.why)
 
 
 @dataclass
@@ -176,12 +176,13 @@ class SeedStack:
 
 def train_batched(model_cfg: ModelConfig, seeds: list[SeedRun], device: str | torch.device = "cpu",
                   deadline: float | None = None, checkpoint_s: float = 120.0, impl: str | None = None,
-                  until: int | None = None) -> BatchOutcome:
+                  until: int | None = None, project_after_s: float | None = None) -> BatchOutcome:
     """Train ``seeds`` (the same configuration but for the seed) as one batched model on ``device``,
     each seed checkpointed, logged and quick-checked in its own directory as by
     :func:`interp.training.loop.train`. Every seed must be at the same step (fresh, or resumed from
     checkpoints of one step). ``deadline`` (``time.time()``) and a stop signal save every seed's
-    checkpoint and raise :class:`BatchStopped`; checkpoints are also saved every ``checkpoint_s``
+    checkpoint and raise :class:`BatchStopped`, as does, with ``project_after_s``, a batch whose steps
+    so far (once they took that many seconds) project its end past the deadline; checkpoints are also saved every ``checkpoint_s``
     seconds, and at ``until`` (a step of the schedule, as the loop's), where it returns. ``impl``:
     the attention implementation run under ``vmap`` (default: the config's)."""
     cfg0 = seeds[0].cfg
@@ -208,11 +209,11 @@ def train_batched(model_cfg: ModelConfig, seeds: list[SeedRun], device: str | to
                           impl or model_cfg.attention_impl)
         evaluator = runs[0].model   # a seed's own model, the config's implementation: loaded per seed to evaluate
         del runs
-        return _run_batched(stack, seeds, evaluator, start, stop, deadline, checkpoint_s)
+        return _run_batched(stack, seeds, evaluator, start, stop, deadline, checkpoint_s, project_after_s)
 
 
 def _run_batched(stack: SeedStack, seeds: list[SeedRun], evaluator: torch.nn.Module, start: int, stop: int,
-                 deadline: float | None, checkpoint_s: float) -> BatchOutcome:
+                 deadline: float | None, checkpoint_s: float, project_after_s: float | None) -> BatchOutcome:
     cfg = stack.cfg
     sources = [BatchSource(s.cfg) for s in seeds]
     diverged: dict[str, int] = {}
@@ -283,11 +284,14 @@ def _run_batched(stack: SeedStack, seeds: list[SeedRun], evaluator: torch.nn.Mod
                     if str(seeds[index].out) not in diverged and history:
                         history[-1]["eval"] = quick_eval(seed_model(index), cfg.eval_n, cfg.task)
                 aside += time.time() - began
-            late = deadline is not None and time.time() >= deadline
-            if interrupt.requested or late:
+            if done == start + 1:   # the rate is projected from the steps after the first (its start-up)
+                first_done, aside_then = time.time(), aside
+            since_first = time.time() - first_done - (aside - aside_then)
+            why = _why_stop(interrupt.requested, deadline, project_after_s, since_first, done - start - 1, stop - done)
+            if why:
                 interrupt.stopping()
                 checkpoint(done)
-                raise BatchStopped(done, done - start, time.time() - t0 - aside)
+                raise BatchStopped(done, done - start, time.time() - t0 - aside, why)
             if done < stop and time.time() - last_save >= checkpoint_s:
                 began = time.time()
                 checkpoint(done)
@@ -311,3 +315,20 @@ def _run_batched(stack: SeedStack, seeds: list[SeedRun], evaluator: torch.nn.Mod
                     trained[str(seed.out)] = models.load(seed.out, device=stack.device).eval()
     return BatchOutcome(start, stop - start, time.time() - t0, step_seconds, diverged, trained)
 
+
+def _why_stop(requested: bool, deadline: float | None, project_after_s: float | None, step_seconds: float,
+              steps_run: int, steps_left: int) -> str | None:
+    """Why a batch stops now, or None: a stop signal, the deadline passed, or (once ``steps_run``
+    steps have taken ``step_seconds`` >= ``project_after_s``) its ``steps_left`` at that rate would
+    end past the deadline, so that its process goes to runs that can finish."""
+    if requested:
+        return "stopped by a signal"
+    if deadline is None:
+        return None
+    if time.time() >= deadline:
+        return "stopped at the deadline"
+    if project_after_s is not None and step_seconds >= project_after_s and steps_run and steps_left:
+        projected = steps_left * step_seconds / steps_run
+        if time.time() + projected > deadline:
+            return f"cut: {steps_left} steps left would take about {projected:.0f} s, past the deadline"
+    return None
