@@ -1,0 +1,70 @@
+"""``glitchlens bench threads`` and ``bench demo`` (``interp.bench_load``) and ``bench eval``'s
+roofline (``interp.bench.parallel_matmul_rate``): the rows and ratios they print, the busy
+process they start and stop, and the block of docs/results/benchmarks.md read from their CSVs.
+No time is asserted: the figures are ratios for a person to read."""
+
+import os
+
+import pytest
+import torch
+
+from interp import bench_load
+from interp.bench import parallel_matmul_rate
+
+
+def test_threads_rows_time_every_workload_at_each_count_without_and_with_a_busy_process(monkeypatch):
+    seen = []
+    monkeypatch.setattr(bench_load, "thread_workloads",
+                        lambda: {"a": lambda: seen.append(torch.get_num_threads()), "b": lambda: None})
+    started = []
+    busy = bench_load.busy_process
+
+    def counted():
+        started.append(1)
+        return busy()
+
+    monkeypatch.setattr(bench_load, "busy_process", counted)
+    threads = torch.get_num_threads()
+    rows = bench_load.bench_threads(repeats=2, counts=(1, 2))
+    assert torch.get_num_threads() == threads, "the thread count is restored"
+    assert [(r["workload"], r["competing"]) for r in rows] == [
+        ("a", "none"), ("a", "1 busy process"), ("b", "none"), ("b", "1 busy process")]
+    assert all(r["2/1"] == pytest.approx(r["2 threads s"] / r["1 threads s"]) for r in rows)
+    assert seen[1:] == [1, 2] * 4, "one warm-up, then each count in each of 2 rounds x 2 loads"
+    assert len(started) == 2, "one busy process a round"
+
+
+def test_the_busy_process_is_gone_after_the_block():
+    with bench_load.busy_process():
+        children = [int(p) for p in open(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read().split()]
+        assert children
+    for pid in children:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)   # signal 0: whether the process exists
+
+
+def test_startup_rows_are_ratios_to_a_bare_python():
+    rows = bench_load.bench_startup(repeats=1)
+    assert [r["command"] for r in rows] == ["python -c pass", "glitchlens --help"]
+    assert rows[0]["cpu_ratio"] == 1.0 and rows[1]["cpu_ratio"] == rows[1]["cpu_s"] / rows[0]["cpu_s"]
+
+
+def test_the_docs_block_reads_the_csvs(tmp_path):
+    bench_load.write_rows(str(tmp_path / bench_load.BENCH_DIR), bench_load.THREADS_CSV, [
+        {"workload": "forward", "competing": "1 busy process", "1 threads s": 2.0, "2 threads s": 1.0, "2/1": 0.5}])
+    bench_load.write_rows(str(tmp_path / bench_load.BENCH_DIR), bench_load.STARTUP_CSV, [
+        {"command": "python -c pass", "cpu_s": 0.02, "wall_s": 0.03, "cpu_ratio": 1.0, "wall_ratio": 1.0},
+        {"command": "glitchlens --help", "cpu_s": 0.05, "wall_s": 0.09, "cpu_ratio": 2.5, "wall_ratio": 3.0}])
+    text = bench_load.load_markdown(tmp_path)
+    assert "| forward | 1 busy process | 2.000 | 1.000 | 0.50 |" in text
+    assert "costs 2.5x the CPU time" in text and "has not been measured" in text
+    bench_load.write_rows(str(tmp_path / bench_load.BENCH_DIR), bench_load.DEMO_CSV, [
+        {"competing": "none", "wall_s": 100.0, "ratio": 1.0}, {"competing": "1 busy process", "wall_s": 150.0,
+                                                              "ratio": 1.5}])
+    assert "took 100 s without and 150 s with a competing busy process: 1.50x" in bench_load.load_markdown(tmp_path)
+
+
+def test_the_eval_roofline_runs_at_the_evaluations_threads():
+    threads = torch.get_num_threads()
+    assert parallel_matmul_rate(2, n=64, repeats=1) > 0
+    assert torch.get_num_threads() == threads
