@@ -132,3 +132,16 @@ def model_with_tokenizer():
                                                   d_vocab=len(WORDS), n_ctx=512, act_fn="gelu",
                                                   normalization_type="LN", seed=0),
                                              tokenizer=AutoTokenizer.from_pretrained(directory))
+
+
+def test_the_how_to_states_the_defaults_the_code_has():
+    """The numbers of docs/how-to/diagnose-a-transformerlens-model.md are the code's."""
+    from pathlib import Path
+
+    from interp.diagnose.transformerlens import DEFAULT_SEQUENCES
+    from interp.tasks.light_switch import DEMONSTRATION_LENGTH, LENGTHS, SEQUENCES_PER_LENGTH
+
+    page = " ".join((Path(__file__).parents[1] / "docs/how-to/diagnose-a-transformerlens-model.md").read_text().split())
+    assert f"(default {DEFAULT_SEQUENCES})" in page
+    assert f"a length-{DEMONSTRATION_LENGTH} demonstration, {SEQUENCES_PER_LENGTH} sequences per length" in page
+    assert f"--task light-switch --lengths {' '.join(map(str, LENGTHS))}" in page
