@@ -12,7 +12,13 @@ task is checked in about a second. The checks:
 - ``scored positions``: ``model_io`` gives three arrays of one shape, every sequence has a scored
   position, and the target there is one of ``answers``;
 - ``answers``: at up to :data:`MAX_ANSWERS` scored positions of every split, ``answer(prefix)``, a
-  loop over what the model has read, equals the target ``model_io`` gives.
+  loop over what the model has read, equals the target ``model_io`` gives;
+- ``scored answers``: a task that overrides ``scored_answers`` (a vectorised ``answer``) gives
+  ``model_io``'s scored positions and targets;
+- ``counterfactual``: where the task declares ``corrupt``, at up to :data:`MAX_ANSWERS` scored
+  positions it returns a sequence of the same length, scored there, with another right answer;
+- ``probe labels``: where the task declares ``probe_labels``, one integer label (>= -1) per input
+  position, and ``probe_label`` says what it is.
 """
 
 from __future__ import annotations
@@ -107,9 +113,59 @@ def _answers(task: Task) -> str:
     return f"{checked} targets equal answer(prefix)"
 
 
+def _first_inputs(task: Task):
+    """``(split name, inputs, targets, scored)`` of the first sequences of every split."""
+    for name, split in task.splits.items():
+        yield (name, *task.model_io(task.load_split(name, min(SEQUENCES, split.size))))
+
+
+def _scored_answers(task: Task) -> str:
+    if type(task).scored_answers is Task.scored_answers:
+        return "not overridden: answer() gives them"
+    for name, inputs, targets, scored in _first_inputs(task):
+        found, answers = task.scored_answers(inputs)
+        assert np.array_equal(found, scored), f"split {name}: scored_answers marks other positions than model_io"
+        assert np.array_equal(answers[scored], targets[scored]), \
+            f"split {name}: scored_answers gives other targets than model_io"
+    return "scored_answers agrees with model_io"
+
+
+def _counterfactual(task: Task) -> str:
+    if not task.declares_corrupt:
+        return "no corrupt(): the circuit tools pair sequences by resampling"
+    checked = 0
+    for name, inputs, targets, scored in _first_inputs(task):
+        for row, pos in list(zip(*np.nonzero(scored)))[:MAX_ANSWERS]:
+            edited = task.corrupt(inputs[row].copy(), int(pos))
+            if edited is None:
+                continue
+            edited = np.asarray(edited)
+            assert edited.shape == inputs[row].shape, (f"split {name}, sequence {row}: corrupt() gives shape "
+                                                       f"{edited.shape}, not {inputs[row].shape}")
+            now_scored, now = task.scored_answers(edited[None])
+            assert now_scored[0, pos] and now[0, pos] != targets[row, pos], \
+                f"split {name}, sequence {row}, position {pos}: corrupt() leaves the answer {targets[row, pos]}"
+            checked += 1
+    assert checked, "corrupt() gives None at every scored position checked"
+    return f"{checked} counterfactuals change the answer"
+
+
+def _probe_labels(task: Task) -> str:
+    for name, inputs, _, _ in _first_inputs(task):
+        labels = task.probe_labels(inputs)
+        if labels is None:
+            return "none declared"
+        labels = np.asarray(labels)
+        assert labels.shape == inputs.shape and np.issubdtype(labels.dtype, np.integer) and labels.min() >= -1, \
+            f"split {name}: probe_labels gives {labels.dtype} {labels.shape}, expected integers >= -1 {inputs.shape}"
+    assert task.probe_label, "probe_labels is declared but probe_label does not say what it is"
+    return f"{task.probe_label}"
+
+
 CHECKS: dict[str, Callable[[Task], str]] = {
     "vocabulary": _vocabulary, "determinism": _determinism, "prefix": _prefix, "splits": _splits,
-    "scored positions": _scored, "answers": _answers,
+    "scored positions": _scored, "answers": _answers, "scored answers": _scored_answers,
+    "counterfactual": _counterfactual, "probe labels": _probe_labels,
 }
 
 
