@@ -354,15 +354,25 @@ def campaign(plan: str | os.PathLike, out: str | os.PathLike, device: str = "cpu
     finally:
         if timer is not None:
             timer.cancel()
+    wall_s = time.time() - started
+    with open_append(log) as f:   # the campaign's own line: its wall time and device, for the throughput
+        f.write(json.dumps({"campaign": started, "wall_s": wall_s, "device": device,
+                            "device_name": _device_name(device), "jobs": jobs, "budget_s": budget_s}) + "\n")
     records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    mine = [r for r in records if r.get("campaign") == started]
+    mine = [r for r in records if r.get("campaign") == started and "group" in r]
     # every run of the plan that was not done before and is now, also those of a group stopped mid-way
     write_results_tar(out, [str(r.run_dir / "result.json") for g in groups for r in g.runs
                             if (r.run_dir / "result.json").exists()])
-    print(throughput_table(mine, time.time() - started))
+    print(throughput_table(mine, wall_s))
     if failed is not None:
         raise failed
     return mine
+
+
+def _device_name(device: str) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else "cpu"
 
 
 def _stop_timer(at: float) -> threading.Timer:
@@ -384,6 +394,27 @@ def write_results_tar(out: Path, files: list[str]) -> None:
                 info = tarfile.TarInfo(Path(name).as_posix().lstrip("/"))   # as the plan names it
                 info.size, info.mtime = len(payload), int(time.time())
                 tar.addfile(info, io.BytesIO(payload))
+
+
+# The campaign logs committed from GPU calls (make gpu-campaign's campaign.jsonl, renamed after the card)
+DEVICE_LOGS = "runs/gpu/campaign-*.jsonl"
+
+
+def throughput_markdown(root: Path) -> str:
+    """The device throughput of each campaign in the committed logs (:data:`DEVICE_LOGS`), by
+    :func:`throughput_table`, for docs/results/benchmarks.md; a sentence while none is committed."""
+    files = sorted(root.glob(DEVICE_LOGS))
+    if not files:
+        return ("Not measured yet: no campaign log is committed under `runs/gpu/` (`make gpu-campaign` writes "
+                "`campaign.jsonl`; commit it as `runs/gpu/campaign-<card>.jsonl`).\n")
+    parts = []
+    for file in files:
+        records = [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+        for summary in (r for r in records if "wall_s" in r):
+            groups = [r for r in records if r.get("campaign") == summary["campaign"] and "group" in r]
+            parts.append(f"`{file.relative_to(root)}`: {summary['device_name']}, {summary['jobs']} groups at once, "
+                         f"budget {summary['budget_s']} s.\n\n" + throughput_table(groups, summary["wall_s"]))
+    return "\n".join(parts)
 
 
 def throughput_table(records: list[dict], wall_s: float) -> str:
