@@ -137,7 +137,7 @@ def parse_sequences(texts: list[str]) -> np.ndarray:
     if isinstance(texts, str) or not isinstance(texts, (list, tuple)):
         raise TypeError(f"texts must be a list of strings (parse_sequence reads one), got {checks.shown(texts)}")
     if not texts:
-        raise ValueError("no sequences to parse")
+        raise ValueError("texts: no sequences to parse")
     for idx, text in enumerate(texts):
         if not isinstance(text, str):
             raise FlipFlopFormatError(f"expected a string, found {type(text).__name__} {text!r:.40}", sequence=idx)
