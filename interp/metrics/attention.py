@@ -465,10 +465,11 @@ def paired_views(view_1: Maps, view_2: Maps) -> dict[int, tuple[Map, Map]]:
     """``{layer: (view 1, view 2)}``; the views must cover the same layers with the same shapes."""
     views_1, views_2 = layers_of(view_1, "view_1"), layers_of(view_2, "view_2")
     if views_1.keys() != views_2.keys():
-        raise ValueError(f"the views cover different layers: {sorted(views_1)} vs {sorted(views_2)}")
+        raise ValueError(f"view_1 and view_2 cover different layers: {sorted(views_1)} vs {sorted(views_2)}")
     for layer, a1 in views_1.items():
         if a1.shape != views_2[layer].shape:
-            raise ValueError(f"layer {layer}: view shapes differ, {tuple(a1.shape)} vs {tuple(views_2[layer].shape)}")
+            raise ValueError(f"layer {layer}: the shapes of view_1 and view_2 differ, {tuple(a1.shape)} vs "
+                             f"{tuple(views_2[layer].shape)}")
     return {layer: (a1, views_2[layer]) for layer, a1 in views_1.items()}
 
 

@@ -156,6 +156,7 @@ def train_batch(
 ) -> np.ndarray:
     """The fresh training batch of ``step``: a pure function of (seed, step), so resuming
     a run at any step sees exactly the data an uninterrupted run would have seen."""
+    batch_size = validate.integer("batch_size", batch_size, 0)
     step, seed = validate.integer("step", step, 0), validate.integer("seed", seed, 0)
     rng = np.random.default_rng([seed, step])
     if validate.flag("mixture", mixture):
