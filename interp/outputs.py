@@ -28,6 +28,8 @@ from pathlib import Path
 from models.files import (MANIFEST, MAX_INPUT_BYTES, MAX_JSON_BYTES, MAX_JSON_DEPTH, input_file,  # noqa: F401
                           new_file, parse_json, read_bytes, read_json, record, written)
 
+STAGE_PREFIX = ".glitchlens-staging-"   # the folders outputs are written into before they move into place
+
 
 def writable_dir(out: str | os.PathLike, option: str = "--out") -> Path:
     """``out`` as a directory that exists and takes files (created if needed), or a ValueError
@@ -92,7 +94,7 @@ def staged(out: str | os.PathLike, overwrite: bool = False, names: Iterable[str]
     error names the folder that keeps the results."""
     out = writable_dir(out, option)
     check_free(out, names, overwrite, option)
-    stage = Path(tempfile.mkdtemp(prefix=".glitchlens-staging-", dir=out))
+    stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX, dir=out))
     keep = False
     try:
         yield stage
@@ -112,6 +114,26 @@ def staged(out: str | os.PathLike, overwrite: bool = False, names: Iterable[str]
     finally:
         if not keep:
             shutil.rmtree(stage, ignore_errors=True)
+
+
+@contextmanager
+def staged_file(path: str | os.PathLike, overwrite: bool = False, option: str = "--out") -> Iterator[Path]:
+    """A fresh file beside ``path`` to write one output into (``--out FILE``, a run's
+    ``result.json``); when the block ends without an error it is renamed to ``path`` and listed
+    in the :data:`MANIFEST` of its folder, the rules of :func:`staged` for one file: refused,
+    before the block and again before the rename, if ``path`` is a link, or a file glitchlens
+    did not write, unless ``overwrite``; the rename replaces a link, never writes through it."""
+    path = Path(path)
+    folder = writable_dir(path.parent, option)
+    check_free(folder, [path.name], overwrite, option)
+    stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX, dir=folder))
+    try:
+        yield stage / path.name
+        check_free(folder, [path.name], overwrite, option)   # a link or a file planted meanwhile
+        record(folder, [path.name])
+        os.replace(stage / path.name, path)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def move_in(stage: Path, out: Path, files: list[str], option: str = "--out") -> None:

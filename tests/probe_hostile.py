@@ -12,7 +12,11 @@ as must the installed package's pretrained entries. Files whose content starts w
 ``SENTINEL`` stand for a user's data: any that changes or goes is data loss. A case is one
 of: ``result`` (exit status 0; ``check-mechanism``: 1 with its report of failed checks), ``one-line error`` (exit status non-zero, one line on stderr),
 ``other failure`` (non-zero with more to say); and, counted apart, ``traceback``, ``hang``
-(past the time limit), ``data loss``, ``write outside``.
+(past the time limit), ``data loss``, ``write outside``, ``silent result`` (exit status 0 for
+input that must be refused: a swapped tensor file, an unknown task, a plug-in that exits at
+import) and ``orphan`` (a process left running :data:`ORPHAN_GRACE_S` after the case's command
+was killed with SIGKILL, the sweep's workers). Any of these but ``raw escape`` makes the exit
+status 1.
 
 Each case is a child process: by default forked from this process once it has imported the
 CLI (which saves the seconds of importing torch per case), calling ``interp.cli.main`` as the
@@ -23,6 +27,7 @@ CLI (which saves the seconds of importing torch per case), calling ``interp.cli.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -46,6 +51,8 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 from models.pretrained import PRETRAINED_DIR  # noqa: E402
 
 TIMEOUT_S = 60
+# the flags none of the cases may raise
+FAILURES = ("data loss", "write outside", "traceback", "hang", "silent result", "orphan")
 SENTINEL = b"SENTINEL"
 BIG = 20 << 30   # a sparse file of 20 GB
 
@@ -54,6 +61,8 @@ BIG = 20 << 30   # a sparse file of 20 GB
 class Case:
     name: str
     make: Callable[[Path], list]   # workspace -> argv (prepares work/ first)
+    refused: bool = False          # bad input: exit status 0 is a silent result
+    kill_after_s: float | None = None   # SIGKILL the command's process alone this long after it started
 
 
 # --- what a workspace holds ----------------------------------------------------------------------
@@ -113,6 +122,8 @@ def writer_argv(command: str, out: str, ws: Path) -> list:
         "reproduce": ["reproduce", "table1", "--models", "tra", "--seeds", "1", "--report-only", "--quiet",
                       "--out", out],
         "pretrained-build": ["pretrained", "build", "automaton-1l", "--steps", "1", "--quiet", "--root", out],
+        "diagnose-task": ["diagnose", "automaton-1l", "-n", "2", "--quiet", "--out", out],
+        "hunt-task": ["hunt", "automaton-1l", "--budget", "8", "--quiet", "--out", out],
     }[command]
 
 
@@ -125,6 +136,8 @@ OUTPUT_NAMES = {
     "train": ["log.jsonl"],
     "reproduce": ["table1.md", "table1.csv"],
     "pretrained-build": ["automaton-1l/config.json"],
+    "diagnose-task": ["report.html", "metrics.json", "metrics.csv", "glitches.csv", "browser.html"],
+    "hunt-task": ["hunt.json", "failing-fresh.jsonl"],
 }
 
 
@@ -295,6 +308,9 @@ def checkpoint_kinds() -> dict[str, Callable[[Path], str]]:
         tensors = {k: np.full_like(v, np.nan) if v.dtype.kind == "f" else v for k, v in load_file(weights(ck)).items()}
         save_file(tensors, weights(ck))
 
+    def swapped(ck, ws):   # another run's file of the same architecture under this checkpoint's name
+        shutil.copyfile(weights(ws.parent.parent / "fixtures" / "tra-other"), weights(ck))
+
     def config_section(section, value):
         return damaged(lambda ck, ws: edit_config(ck, lambda c: c.__setitem__(section, value)))
 
@@ -323,6 +339,13 @@ def checkpoint_kinds() -> dict[str, Callable[[Path], str]]:
         "weights-truncated": damaged(lambda ck, ws: weights(ck).write_bytes(weights(ck).read_bytes()[:300])),
         "weights-missing": damaged(lambda ck, ws: weights(ck).unlink()),
         "weights-nan": damaged(nan_weights),
+        "weights-swapped": damaged(swapped),
+        "task-unknown": damaged(lambda ck, ws: edit_config(ck, lambda c: c["training"]["config"].__setitem__(
+            "task", "nosuch"))),
+        "mechanism-on-builtin": config_section("mechanism", {"name": "tra", "class": "os:system"}),
+        "mechanism-not-a-record": config_section("mechanism", "os:system"),
+        "digest-garbage": config_section("sha256", {"model.x.safetensors": "00"}),
+        "config-nested": damaged(replace_with(("config.json", lambda p: p.write_text("[" * 100_000 + "]" * 100_000)))),
         "arg-fifo": lambda ws: str(fifo(ws / "work" / "ck")),
         "arg-devzero": lambda ws: "/dev/zero",
         "arg-sparse": lambda ws: str(sparse(ws / "work" / "ck")),
@@ -341,9 +364,84 @@ def reader_argv(command: str, ck: str, ws: Path) -> list:
             "hunt": ["hunt", ck, "--budget", "8", "--seq-len", "16", "--population", "4", "--quiet"]}[command]
 
 
+# damaged checkpoints whose every reading must be refused (the others may load, e.g. NaN weights, with a warning)
+MUST_REFUSE = ("config-", "training-", "model-", "metadata-", "files-", "weights-", "arg-", "task-", "mechanism-",
+               "digest-")
+
+
 def checkpoint_cases() -> list[Case]:
-    return [Case(f"checkpoint/{command}/{kind}", lambda ws, c=command, m=make: reader_argv(c, m(ws), ws))
+    return [Case(f"checkpoint/{command}/{kind}", lambda ws, c=command, m=make: reader_argv(c, m(ws), ws),
+                 refused=kind.startswith(MUST_REFUSE) and kind != "weights-nan")
             for command in ("eval", "diagnose", "explain", "hunt") for kind, make in checkpoint_kinds().items()]
+
+
+# --- the lock, the manifest, a save's own names, plug-in checks, a sweep's workers ------------------------
+
+def train_argv(out, *more) -> list:
+    return ["train", "--model", "nope", "--steps", "2", "--seq-len", "16", "--n-ctx", "512", "--batch-size", "2",
+            "--eval-n", "1", "--quiet", *more, "--out", out]
+
+
+def in_out(make: Callable[[Path], object], name: str) -> Callable[[Path], Path]:
+    """A fresh --out holding ``make(out / name)``."""
+    def prepare(ws):
+        out = ws / "work" / "out"
+        out.mkdir(parents=True, exist_ok=True)
+        make(out / name)
+        return out
+    return prepare
+
+
+def big_pid_lock(path: Path) -> None:
+    import socket
+
+    path.write_text(json.dumps({"pid": 2 ** 70, "host": socket.gethostname(), "command": "x", "started": "x"}))
+
+
+TASK_MODULES = {
+    "exit-at-import": "import os\nos._exit(0)\n",
+    "sys-exit-at-import": "import sys\nsys.exit(0)\n",
+    "loops-at-import": "while True:\n    pass\n",
+    "sample-sleeps": ("import time\nfrom plugin_tasks import ParityTask\nclass Thing(ParityTask):\n    name = 'thing'\n"
+                      "    def sample(self, *a, **k):\n        time.sleep(3600)\n"),
+}
+
+
+def integrity_cases() -> list[Case]:
+    nested = "[" * 100_000 + "]" * 100_000
+    cases = [
+        Case(f"lock/train/{kind}", lambda ws, m=make: train_argv(in_out(m, ".glitchlens.lock")(ws)), refused=refused)
+        for kind, make, refused in (("fifo", fifo, True), ("devzero", lambda p: link(p, "/dev/zero"), True),
+                                    ("dir", lambda p: p.mkdir(), True), ("big-pid", big_pid_lock, False),
+                                    ("garbage", lambda p: p.write_bytes(b"\xff" * 99), False),
+                                    ("nested", lambda p: p.write_text(nested), False))]
+    cases += [
+        Case("overwrite/train/config-fifo", lambda ws: train_argv(in_out(fifo, "config.json")(ws), "--overwrite"),
+             refused=True),
+        Case("overwrite/train/config-nested", lambda ws: train_argv(in_out(
+            lambda p: p.write_text(nested), "config.json")(ws), "--overwrite"), refused=True),
+        Case("manifest/train/nested", lambda ws: train_argv(in_out(
+            lambda p: p.write_text(nested), ".glitchlens-outputs.json")(ws)), refused=True),
+        Case("manifest/diagnose/nested", lambda ws: writer_argv("diagnose", in_out(
+            lambda p: p.write_text(nested), ".glitchlens-outputs.json")(ws), ws), refused=True),
+        # another run's model copied in to compare, under the name shape a save uses: kept
+        Case("save/train/users-tensor-name", lambda ws: train_argv(in_out(
+            user_file, "model.0123456789abcdef.safetensors")(ws))),
+        Case("save/train/users-config-tmp-name", lambda ws: train_argv(in_out(
+            user_file, ".config.json.0123456789abcdef.tmp")(ws))),
+    ]
+
+    def task_module(ws, source):
+        (ws / "work").mkdir(parents=True, exist_ok=True)
+        (ws / "work" / "probe_task.py").write_text(source)
+        return ["check-task", "probe_task:Thing"]
+    cases += [Case(f"check-task/{kind}", lambda ws, s=source: task_module(ws, s), refused=True)
+              for kind, source in TASK_MODULES.items()]
+    # a sweep whose process is killed with SIGKILL: its workers must not train on for good
+    cases.append(Case("orphans/reproduce/sigkill", lambda ws: [
+        "reproduce", "table1", "--models", "nope", "--seeds", "1", "--steps", "3000", "--scale", "learning", "--jobs",
+        "1", "--quiet", "--out", ws / "work" / "sweep"], kill_after_s=25.0))
+    return cases
 
 
 # --- odd data files ------------------------------------------------------------------------------------
@@ -630,7 +728,7 @@ def resume_cases() -> list[Case]:
 
 def all_cases() -> list[Case]:
     return [*writer_cases(), *checkpoint_cases(), *data_cases(), *size_cases(), *text_cases(), *sweep_cases(),
-            *root_cases(), *mechanism_cases(), *resume_cases()]
+            *root_cases(), *mechanism_cases(), *resume_cases(), *integrity_cases()]
 
 
 # --- running and judging -------------------------------------------------------------------------------
@@ -706,7 +804,37 @@ def start(case: Case, ws: Path, spawn: bool) -> tuple[int, list, Path]:
     return pid, argv, ws
 
 
-def judge(case: Case, argv: list, ws: Path, status: int | None, seconds: float, before: dict) -> dict:
+def session_members(session: int) -> list[int]:
+    """The processes of ``session`` (each case runs in a session of its own)."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if os.getsid(int(entry.name)) == session:
+                    members.append(int(entry.name))
+            except OSError:   # gone meanwhile
+                pass
+    return members
+
+
+ORPHAN_GRACE_S = 90.0   # how long a killed command's workers have to save and stop
+
+
+def orphans_of(session: int) -> list[int]:
+    """The processes of a killed command's ``session`` still alive after :data:`ORPHAN_GRACE_S`
+    (then killed, so that the probe goes on)."""
+    deadline = time.monotonic() + ORPHAN_GRACE_S
+    while session_members(session) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = session_members(session)
+    for pid in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return left
+
+
+def judge(case: Case, argv: list, ws: Path, status: int | None, seconds: float, before: dict,
+          orphans: list[int] | None = None) -> dict:
     err = (ws / "stderr").read_text(errors="replace")
     shown = [line.rsplit("\r", 1)[-1] for line in err.split("\n")]
     # what is left of the message once warnings and argparse's usage lines (before its error line) are set aside
@@ -725,7 +853,12 @@ def judge(case: Case, argv: list, ws: Path, status: int | None, seconds: float, 
         flags.append("write outside")
     if "\x1b" in err or "\x1b" in (ws / "stdout").read_text(errors="replace"):
         flags.append("raw escape")
-    outcome = ("hang" if status is None else "result" if status == 0 or failed_checks(argv, status, ws) else
+    if case.refused and status == 0:
+        flags.append("silent result")
+    if orphans:
+        flags.append("orphan")
+    outcome = ("killed as planned" if orphans is not None else
+               "hang" if status is None else "result" if status == 0 or failed_checks(argv, status, ws) else
                "one-line error" if len(shown) == 1 and shown[0].startswith("glitchlens") else "other failure")
     return {"case": case.name, "argv": argv, "status": status, "seconds": round(seconds, 2), "outcome": outcome,
             "flags": flags, "stderr_tail": shown[-3:], "changed": sorted(changed),
@@ -750,6 +883,10 @@ def make_fixtures(fixtures: Path) -> None:
         subprocess.run([*cli, "train", "--model", "nope", "--steps", "2", "--seq-len", "16", "--n-ctx", "512",
                         "--batch-size", "2", "--eval-n", "1", "--quiet", "--out", fixtures / "run"], check=True,
                        cwd=REPO)
+    if not (fixtures / "tra-other" / "config.json").exists():   # tra-mech's architecture, other weights
+        subprocess.run([*cli[:1], "-c", "import sys, torch, models; m = models.load_pretrained('tra-mech'); "
+                        "[p.data.add_(0.01) for p in m.parameters()]; models.save(sys.argv[1], m)",
+                        fixtures / "tra-other"], check=True, cwd=REPO)
     if not (fixtures / "table1.csv").exists():
         finished_runs(fixtures / "sweep")
         subprocess.run([*cli, "reproduce", "table1", "--models", "tra", "--seeds", "1", "--report-only", "--quiet",
@@ -761,12 +898,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="folder for the workspaces and results.jsonl")
     parser.add_argument("--jobs", type=int, default=2, help="cases at once")
-    parser.add_argument("--only", default=None, help="run the cases whose name contains this")
+    parser.add_argument("--only", default=None, help="run the cases whose name contains this (or one of these, "
+                        "comma-separated)")
     parser.add_argument("--spawn", action="store_true", help="a fresh python per case instead of a fork")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds before a case counts as a hang")
     parser.add_argument("--list", action="store_true", help="list the cases and stop")
     args = parser.parse_args()
-    cases = [case for case in all_cases() if args.only is None or args.only in case.name]
+    cases = [case for case in all_cases() if args.only is None or any(part in case.name for part in args.only.split(","))]
     if args.list:
         print("\n".join(case.name for case in cases), f"\n{len(cases)} cases", sep="")
         return 0
@@ -797,13 +935,18 @@ def main() -> int:
             for pid, (case, argv, ws, t0, before) in list(running.items()):
                 done, status = os.waitpid(pid, os.WNOHANG)
                 elapsed = time.monotonic() - t0
+                orphans = None
+                if not done and case.kill_after_s is not None and elapsed >= case.kill_after_s:
+                    os.kill(pid, signal.SIGKILL)   # the command alone, as an out-of-memory killer would
+                    done, status = os.waitpid(pid, 0)
+                    orphans = orphans_of(pid)
                 if not done and elapsed < args.timeout:
                     continue
                 if not done:   # a hang: the child and whatever it started
                     os.killpg(pid, signal.SIGKILL)
                     os.waitpid(pid, 0)
                 code = os.waitstatus_to_exitcode(status) if done else None
-                result = judge(case, argv, ws, code, elapsed, before)
+                result = judge(case, argv, ws, code, elapsed, before, orphans)
                 results.append(result)
                 log.write(json.dumps(result) + "\n")
                 log.flush()
@@ -813,9 +956,9 @@ def main() -> int:
     outcomes = Counter(r["outcome"] for r in results)
     flags = Counter(flag for r in results for flag in r["flags"])
     print(f"\n{len(results)} cases: " + ", ".join(f"{n} {what}" for what, n in outcomes.most_common()))
-    for what in ("data loss", "write outside", "traceback", "hang", "raw escape"):
+    for what in ("data loss", "write outside", "traceback", "hang", "silent result", "orphan", "raw escape"):
         print(f"{what}: {flags.get(what, 0)}" + "".join(f"\n  {r['case']}" for r in results if what in r["flags"]))
-    return 1 if any(flags.get(w) for w in ("data loss", "write outside", "traceback", "hang")) else 0
+    return 1 if any(flags.get(w) for w in FAILURES) else 0
 
 
 if __name__ == "__main__":

@@ -199,3 +199,18 @@ def test_a_diverged_checkpoint_and_a_broken_mechanism_give_one_line(tmp_path, ca
     with registries_kept():
         status, out, _ = run(capsys, "check-mechanism", "stuck_mech:Stuck", "--json")
     assert status == 1 and "did not return within" in out
+
+
+@pytest.mark.parametrize("kind, source, match", [
+    ("exit", "import os\nos._exit(0)\n", "ended (exit status 0) without a result"),
+    ("loop", "while True:\n    pass\n", "did not finish within"),
+    ("sleep", "import time\nfrom plugin_tasks import ParityTask\nclass Thing(ParityTask):\n    name = 'thing'\n"
+              "    def sample(self, *a, **k):\n        time.sleep(3600)\n", "did not finish within")])
+def test_check_task_runs_the_task_apart_with_a_time_limit(kind, source, match, tmp_path, capsys, monkeypatch):
+    from interp import conformance
+
+    (tmp_path / f"probe_{kind}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(conformance, "TASK_CHECK_SECONDS", 5.0)
+    with registries_kept():
+        refused(capsys, "check-task", f"probe_{kind}:Thing", match=match)

@@ -194,3 +194,57 @@ def test_a_hook_that_changes_the_shape_is_refused_naming_it():
         model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_pattern", lambda a, hook: a[:, :, -1:])])
     same = model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_pattern", lambda a, hook: a * 1)])
     assert torch.equal(same, model(tokens))
+
+
+def test_every_shipped_checkpoint_binds_its_tensor_files_by_digest():
+    import hashlib
+
+    from models.pretrained import PRETRAINED_DIR
+
+    entries = [entry for entry in sorted(PRETRAINED_DIR.iterdir()) if (entry / "config.json").exists()]
+    assert entries
+    for entry in entries:
+        config = models.read_config(entry)
+        assert set(config["sha256"]) == set(config["files"].values()), entry.name
+        for name, digest in config["sha256"].items():
+            assert hashlib.sha256((entry / name).read_bytes()).hexdigest() == digest, entry.name
+        models.load(entry)
+
+
+def test_another_runs_tensor_file_of_the_same_architecture_is_refused(tmp_path):
+    torch.manual_seed(0)
+    ours = models.save(tmp_path / "ours", build_model(TINY))
+    theirs = models.save(tmp_path / "theirs", build_model(TINY))   # other weights, the same architecture
+    name = models.read_config(ours)["files"]["model"]
+    shutil.copyfile(theirs / models.read_config(theirs)["files"]["model"], ours / name)
+    with pytest.raises(CheckpointError, match="not the file this checkpoint's config.json names"):
+        models.load(ours)
+
+
+def test_a_mechanism_record_on_a_built_in_model_and_nested_json_are_refused(saved):
+    edit_config(saved, mechanism={"name": "nope", "class": "os:system"})
+    with pytest.raises(CheckpointError, match="a built-in one or another mechanism"):
+        models.load(saved)
+    (saved / "config.json").write_text("[" * 10_000 + "]" * 10_000)
+    with pytest.raises(CheckpointError, match="nested deeper than"):
+        models.load(saved)
+
+
+def test_a_lock_that_is_no_lock_is_refused_in_one_line_and_a_pid_past_any_process_is_stale(tmp_path):
+    import socket
+
+    from interp.training.setup import LOCK_FILE, output_lock
+
+    for kind, make in (("fifo", os.mkfifo), ("devzero", lambda p: os.symlink("/dev/zero", p)), ("dir", os.mkdir)):
+        out = tmp_path / kind
+        out.mkdir()
+        make(out / LOCK_FILE)
+        with pytest.raises(ValueError, match="remove it") as err:
+            with output_lock(out):
+                pass
+        assert "\n" not in str(err.value)
+    out = tmp_path / "big-pid"
+    out.mkdir()
+    (out / LOCK_FILE).write_text(json.dumps({"pid": 2 ** 70, "host": socket.gethostname()}))
+    with output_lock(out):   # no process has that pid: the lock is stale, and taken
+        assert json.loads((out / LOCK_FILE).read_text())["pid"] == os.getpid()

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from interp.cli import main
+from interp.outputs import staged
 from interp.studies import sweeps
 from interp.studies.reproduce import SCALES, Scale, sweep
 from interp.studies.sweeps import SweepFailed, ray_session, run_all
@@ -85,16 +86,22 @@ def test_a_sweep_refuses_an_out_with_runs_of_another_scale(tmp_path, monkeypatch
         sweep(tmp_path, replace(QUICK, steps=7), ("fot", "lstm"), seeds=1, jobs=1)
 
 
+def write_report(out, name: str) -> None:
+    """A report, written as the sweeps write theirs: staged and recorded."""
+    with staged(out) as stage:
+        (stage / name).write_text("table\n")
+
+
 def test_steps_sets_the_budget_of_table1_and_recipes_only(tmp_path, monkeypatch, capsys):
     scales = []
 
     def reproduce_table1(out, scale, *args, **kwargs):
         scales.append(scale)
-        (Path(out) / "table1.md").write_text("table\n")
+        write_report(out, "table1.md")
 
     def reproduce_recipes(out, recipes, models, seeds, jobs, scale, **kwargs):
         scales.append(scale)
-        (Path(out) / "recipes.md").write_text("table\n")
+        write_report(out, "recipes.md")
 
     monkeypatch.setattr("interp.studies.reproduce.reproduce_table1", reproduce_table1)
     monkeypatch.setattr("interp.studies.reproduce.reproduce_recipes", reproduce_recipes)
@@ -112,11 +119,11 @@ def test_device_reaches_table1_and_recipes_and_a_sweep_refuses_one_it_cannot_use
 
     def reproduce_table1(out, scale, *args, device, **kwargs):
         devices.append(device)
-        (Path(out) / "table1.md").write_text("table\n")
+        write_report(out, "table1.md")
 
     def reproduce_recipes(out, *args, device, **kwargs):
         devices.append(device)
-        (Path(out) / "recipes.md").write_text("table\n")
+        write_report(out, "recipes.md")
 
     monkeypatch.setattr("interp.studies.reproduce.reproduce_table1", reproduce_table1)
     monkeypatch.setattr("interp.studies.reproduce.reproduce_recipes", reproduce_recipes)
@@ -184,3 +191,33 @@ def test_ctrl_c_stops_a_sweep_in_one_line_with_the_running_run_saved_and_no_othe
 def test_a_sweep_on_cuda_trains_there_and_says_so(tmp_path):
     [result] = sweep(tmp_path, QUICK, ("tra",), seeds=1, jobs=1, device="cuda")
     assert result["device"] == "cuda" and result["splits"]["iid"]["reads"] > 0
+
+
+@pytest.mark.integration
+def test_a_sweep_killed_with_sigkill_leaves_no_worker_and_the_running_run_saved(tmp_path):
+    """SIGKILL reaches the sweep's process alone (its workers run in process groups of their own):
+    each worker is told by the kernel that its parent died, saves its run's step and exits."""
+    psutil = pytest.importorskip("psutil")
+    out = tmp_path / "sweep"
+    proc = glitchlens_as_from_a_terminal("reproduce", "table1", "--models", "lstm,nope", "--seeds", "1", "--steps",
+                                         "3000", "--scale", "learning", "--jobs", "1", "--out", str(out))
+    proc.stdout.readline()
+    log = out / "runs" / "lstm-seed0" / "log.jsonl"
+    for _ in range(240):   # until the first run has logged a step
+        if log.exists() and log.read_text().strip():
+            break
+        time.sleep(0.5)
+    workers = [child for child in psutil.Process(proc.pid).children() if "resource_tracker" not in
+               " ".join(child.cmdline())]
+    assert workers, "the sweep has no worker"
+    proc.kill()
+    proc.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=120)
+    for worker in alive:
+        worker.kill()
+    assert not alive, f"workers {[w.pid for w in alive]} outlived the sweep killed with SIGKILL"
+    assert (log.parent / "config.json").exists(), (sorted(p.name for p in log.parent.iterdir()), log.read_text()[-300:], [(w.pid, w.returncode) for w in gone])
+    last_logged = json.loads(log.read_text().splitlines()[-1])["step"]
+    saved = json.loads((log.parent / "config.json").read_text())["training"]["step"]
+    assert saved == last_logged, "the worker saved the step it had reached"
+    assert not (out / "runs" / "nope-seed0" / "log.jsonl").exists(), "no run started after the sweep died"

@@ -565,7 +565,7 @@ def cmd_check_task(args) -> int:
     for check in checks:
         print(check.line())
     failed = [check.name for check in checks if not check.passed]
-    print(f"{task.name}: {len(checks) - len(failed)} of {len(checks)} checks passed"
+    print(f"{name}: {len(checks) - len(failed)} of {len(checks)} checks passed"
           + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 
@@ -579,7 +579,7 @@ def cmd_reproduce(args) -> int:
     models = tuple(args.models.split(",")) if args.models else TABLE1_MODELS
     scale = SCALES[args.scale] if args.steps is None else replace(SCALES[args.scale], steps=args.steps)
     sweeps.SHOW_PROGRESS = not args.quiet
-    from interp.outputs import check_free, linked_folders, record
+    from interp.outputs import check_free, linked_folders
     from interp.studies.registry import STUDIES
 
     if args.seeds > MAX_SEEDS:
@@ -604,8 +604,7 @@ def cmd_reproduce(args) -> int:
             raise ValueError(f"{linked[0]} is a symbolic link to a folder: the runs would be written outside "
                              f"--out {args.out}; remove it or choose another --out")
     with output_lock(writable_dir(out), " ".join(["glitchlens", *args.argv])):   # one sweep per --out
-        report = _reproduce(args, models, scale)
-    record(out, reports)
+        report = _reproduce(args, models, scale)   # its reports are staged and recorded
     print(f"wrote {shown(args.out)}/{report}")
     print(shown((Path(args.out) / report).read_text()))
     return 0

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from interp.outputs import staged
 from interp.studies.cope_tasks import cope_tasks_runs, cope_tasks_summary, cope_tasks_table, task_evaluation
 from interp.studies.reproduce import (LEARNED, QUICK_EVAL_N, SCALES, SPLIT_ORDER, flipflop_evaluation, read_result,
                                       train_and_evaluate)
@@ -232,8 +233,9 @@ def run_study(study: str, out: str | Path, jobs: int = 2, ray_address: str | Non
     if not results:
         raise ValueError(f"no finished run under {out / 'runs'}: run the study first (without --report-only)")
     frame = TABLES.get(study, run_table)(results)
-    frame.to_csv(out / "runs.csv", index=False)
-    (out / "summary.md").write_text(SUMMARIES[study](frame))
+    with staged(out) as stage:   # never over a file glitchlens did not write, nor through a link
+        frame.to_csv(stage / "runs.csv", index=False)
+        (stage / "summary.md").write_text(SUMMARIES[study](frame))
     return frame
 
 

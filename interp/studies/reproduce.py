@@ -25,12 +25,11 @@ Scales (the same for every model: no model is tuned more than another):
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interp.outputs import new_file
+from interp.outputs import staged, staged_file
 from interp.studies.sweeps import run_all
 
 if TYPE_CHECKING:  # pandas costs a second to import: only the commands that tabulate import it
@@ -155,10 +154,8 @@ def write_result(run_dir: Path, trained, train_cfg, header: dict, eval_n: int | 
     """Evaluate a run's trained model and write its ``result.json`` atomically: ``header``, the
     learning curve of its ``log.jsonl`` and the evaluation (the sweeps' and the campaign's one schema)."""
     result = {**header, "learning_curve": learning_curve(run_dir), **evaluate(trained, train_cfg, eval_n)}
-    fd, tmp = new_file(run_dir, ".result.", ".tmp")   # never through a link planted at a fixed name
-    with os.fdopen(fd, "w") as file:
-        file.write(json.dumps(result, indent=2))
-    os.replace(tmp, run_dir / "result.json")
+    with staged_file(run_dir / "result.json", overwrite=True) as tmp:   # never through a link planted there
+        tmp.write_text(json.dumps(result, indent=2))
     return result
 
 
@@ -268,8 +265,9 @@ def reproduce_table1(out: str | Path, scale: str | Scale = "cpu", seeds: int = 3
     if not results:
         raise ValueError(f"no finished run under {out / 'runs'}: run the sweep first (without --report-only)")
     table = summarise_runs(results)
-    table.to_csv(out / "table1.csv", index=False)
-    (out / "table1.md").write_text(markdown_table(table))
+    with staged(out) as stage:   # never over a file glitchlens did not write, nor through a link
+        table.to_csv(stage / "table1.csv", index=False)
+        (stage / "table1.md").write_text(markdown_table(table))
     return table
 
 
@@ -352,8 +350,9 @@ def reproduce_recipes(out: str | Path, recipes: tuple[str, ...], models: tuple[s
     if not rows:
         raise ValueError(f"no finished run under {out}/<recipe>/runs: run the sweep first (without --report-only)")
     frame = pd.DataFrame(rows)
-    frame.to_csv(out / "recipes.csv", index=False)
-    (out / "recipes.md").write_text(recipes_markdown(frame))
+    with staged(out) as stage:   # never over a file glitchlens did not write, nor through a link
+        frame.to_csv(stage / "recipes.csv", index=False)
+        (stage / "recipes.md").write_text(recipes_markdown(frame))
     return frame
 
 

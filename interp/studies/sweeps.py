@@ -6,6 +6,11 @@ order of the runs, and a run that raises loses no other: the sweep goes on, and 
 cluster of more than one machine they must write to a filesystem that every node mounts at the
 same path, and every node needs this project installed.
 
+A worker on this machine dies with the sweep: killed (even with SIGKILL, which the sweep cannot
+forward), the sweep's process leaves its workers a SIGTERM (a parent-death signal, ``prctl``,
+on Linux; elsewhere a thread of each worker that watches for its parent to go), and a run
+training saves its checkpoint at its next step and stops; no run starts after it.
+
 Ray addresses are ``ray.init``'s: ``local`` starts a Ray instance on this machine with ``jobs``
 CPUs for the sweep; ``auto`` joins the cluster this machine is a node of (``ray start``);
 ``host:6379`` is a cluster's head node, reached from one of its nodes; ``ray://host:10001`` is a
@@ -14,9 +19,11 @@ cluster's head node through the Ray Client, from a machine outside the cluster.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -82,7 +89,8 @@ def _here(function: Callable, runs: dict[str, tuple], jobs: int) -> Finished:
     # spawn, not fork: a forked child inherits the parent's OpenMP state, which can hang it
     context = multiprocessing.get_context("spawn")
     stopping = context.Event()
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_start_worker, initargs=(stopping,))
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_start_worker,
+                               initargs=(stopping, os.getpid()))
 
     def stop(signum, frame):
         if not stopping.is_set():
@@ -136,15 +144,42 @@ def _stop_pool(pool: ProcessPoolExecutor, grace_s: float) -> None:
 
 
 _stopping = None   # in a worker: the sweep's event, set once no run may start
+_parent = None     # in a worker: the sweep's pid
+PARENT_DIED = signal.SIGTERM   # a worker's signal when the sweep is gone: a training run saves and stops
+PR_SET_PDEATHSIG = 1           # prctl(2)
+WATCH_PARENT_S = 1.0           # where there is no parent-death signal: how often a worker looks
 
 
-def _start_worker(stopping) -> None:
+def _start_worker(stopping, parent: int) -> None:
     """A worker ignores Ctrl-C between runs: one interrupted while it waits for the next run would
-    die, and its pool with it (leaving semaphores for the resource tracker to complain about)."""
-    global _stopping
-    _stopping = stopping
+    die, and its pool with it (leaving semaphores for the resource tracker to complain about). It
+    receives :data:`PARENT_DIED` when the sweep's process ``parent`` dies, however it dies."""
+    global _stopping, _parent
+    _stopping, _parent = stopping, parent
     os.setpgrp()   # out of the terminal's process group: the sweep forwards one SIGINT itself
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if not _parent_death_signal(PARENT_DIED):
+        threading.Thread(target=_watch_parent, daemon=True, name="watch-sweep").start()
+    if os.getppid() != parent:   # it died before the signal was asked for
+        os.kill(os.getpid(), PARENT_DIED)
+
+
+def _parent_death_signal(signum: int) -> bool:
+    """Ask the kernel for ``signum`` when this process's parent dies (Linux); whether it could."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent() -> None:
+    """Send this worker :data:`PARENT_DIED` once its parent is gone (it is adopted: another ppid)."""
+    while os.getppid() == _parent:
+        time.sleep(WATCH_PARENT_S)
+    os.kill(os.getpid(), PARENT_DIED)
 
 
 def _run_in_worker(function: Callable, *args):
@@ -157,6 +192,8 @@ def _run_in_worker(function: Callable, *args):
         return function(*args)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if os.getppid() != _parent:   # the run stopped because the sweep died: no one waits for its result
+            os._exit(1)
 
 
 def _on_ray(function: Callable, runs: dict[str, tuple], jobs: int, address: str) -> Finished:

@@ -149,10 +149,12 @@ def write_token_file(task: Task, tokens: np.ndarray, path) -> "os.PathLike":
     import json
     from pathlib import Path
 
+    from interp.outputs import staged_file
+
     path = Path(path)
     if path.suffix != ".jsonl":
         raise ValueError(f"{path}: sequences of the {task.name} task are written as .jsonl")
-    with open(path, "w") as f:
-        for row in tokens:
-            f.write(json.dumps({"task": task.name, "tokens": row.tolist(), "text": task.format(row)}) + "\n")
+    with staged_file(path, overwrite=True) as tmp:   # a fresh file renamed into place, never through a link
+        tmp.write_text("".join(json.dumps({"task": task.name, "tokens": row.tolist(), "text": task.format(row)}) + "\n"
+                               for row in tokens))
     return path

@@ -179,21 +179,15 @@ def write_sequences(tokens, path: str | os.PathLike) -> Path:
     length = tokens.shape[1]
     texts = [raw[i:i + length] for i in range(0, len(raw), length)]
     path.parent.mkdir(parents=True, exist_ok=True)
-    from interp.outputs import new_file
+    from interp.outputs import staged_file
 
-    fd, tmp = new_file(path.parent, f".{path.name}.", ".tmp")   # a fresh file, never a link
-    tmp = Path(tmp)
-    try:
-        with os.fdopen(fd, "w") as f:
-            if path.suffix == ".jsonl":
-                f.writelines(json.dumps({"text": text}) + "\n" for text in texts)
-        if path.suffix == ".parquet":
+    with staged_file(path, overwrite=True) as tmp:   # a fresh file renamed into place, never through a link
+        if path.suffix == ".jsonl":
+            tmp.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+        else:
             import pandas as pd
 
             pd.DataFrame({"text": texts}).to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 
 
