@@ -11,7 +11,7 @@ import torch
 from transformer_lens.utilities import Slice
 
 from interp.circuits.metrics import (
-    Metric, Scored, answer_index, check_columns, check_frame, check_metric, measure, resolve_task, scored_rows,
+    Metric, Scored, _answer_index, _check_columns, _check_frame, check_metric, measure, resolve_task, scored_rows,
 )
 from interp.tasks import Task
 from models.tokens import as_token_ids
@@ -119,7 +119,7 @@ def direct_logit_attribution(model, tokens, cache=None, neurons: bool = False, *
             parts.append((f"L{layer} MLP bias", "mlp_bias", layer, -1,
                           share(block.mlp.b_out.expand(len(seq), -1), after_mlp)))
     reads = pd.DataFrame({"seq": seq.numpy(), "position": position.numpy(), "target": target.numpy(),
-                          "answer": answer_index(task, target), "logit_diff": value.cpu().numpy()})
+                          "answer": _answer_index(task, target), "logit_diff": value.cpu().numpy()})
     names, kinds, layers, heads, values = zip(*parts)
     frame = reads.iloc[np.tile(np.arange(len(reads)), len(parts))].reset_index(drop=True)
     for column, per_component in (("component", names), ("kind", kinds), ("layer", layers), ("head", heads)):
@@ -160,7 +160,7 @@ def _dla_hooks(neurons: bool):
 def dla_sum_error(frame: pd.DataFrame) -> float:
     """The largest ``|sum of a position's attributions - its metric|`` over the scored positions
     of a :func:`direct_logit_attribution` frame: float rounding when the decomposition is exact."""
-    check_frame("frame", frame, ("seq", "position", "attribution", "logit_diff"), "direct_logit_attribution")
+    _check_frame("frame", frame, ("seq", "position", "attribution", "logit_diff"), "direct_logit_attribution")
     totals = frame.groupby(["seq", "position"], sort=False).agg(total=("attribution", "sum"),
                                                                 logit_diff=("logit_diff", "first"))
     return float((totals.total - totals.logit_diff).abs().max()) if len(totals) else 0.0
@@ -170,8 +170,8 @@ def dla_summary(frame: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
     """Mean, and mean absolute, attribution per component (and per value of the columns
     ``by``, e.g. ``correct`` after a merge with ``read_table``), components in the model's
     order; ``share`` is the mean attribution over the mean logit difference."""
-    keys = [*check_columns("by", by), "component", "kind", "layer", "head"]
-    check_frame("frame", frame, [*keys, "attribution", "logit_diff"], "direct_logit_attribution")
+    keys = [*_check_columns("by", by), "component", "kind", "layer", "head"]
+    _check_frame("frame", frame, [*keys, "attribution", "logit_diff"], "direct_logit_attribution")
     grouped = frame.groupby(keys, sort=False)
     table = grouped.agg(n_reads=("attribution", "size"), attribution=("attribution", "mean"),
                         abs_attribution=("attribution", lambda a: a.abs().mean()),

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp.circuits.metrics import Metric, check_frame
+from interp.circuits.metrics import Metric, _check_frame
 from interp.circuits.patching import _check_hooks, hook_axes, patchable_hooks, patching_summary, prepare_pairs
 from interp.tasks import Task
 
@@ -94,7 +94,7 @@ def compare_attribution(estimated: pd.DataFrame, patched: pd.DataFrame) -> pd.Da
     :func:`~interp.circuits.activation_patching` with ``positions=None`` restored) and ``miss``
     (``estimated - patched``)."""
     for argument, frame in (("estimated", estimated), ("patched", patched)):
-        check_frame(argument, frame, ("hook", "layer", "head", "offset", "pair", "clean", "corrupt", "patched"),
+        _check_frame(argument, frame, ("hook", "layer", "head", "offset", "pair", "clean", "corrupt", "patched"),
                     "patching")
     if patched.offset.notna().any():
         raise ValueError("patched: compare activation patching of every position at once (positions=None), which "
@@ -115,7 +115,7 @@ def attribution_agreement(table: pd.DataFrame) -> dict:
     ``estimated`` and ``patched``; NaN when either is constant), ``largest_miss`` (the largest
     ``|miss|``), ``missed`` (its component), ``missed_estimated`` and ``missed_patched``. A
     component whose pairs' clean and corrupt runs measure the same (no gap to restore) is left out."""
-    check_frame("table", table, ("component", "estimated", "patched", "miss"), "compare_attribution")
+    _check_frame("table", table, ("component", "estimated", "patched", "miss"), "compare_attribution")
     table = table.dropna(subset=["estimated", "patched"])
     if table.empty:
         raise ValueError("table has no component to compare: the pairs' clean and corrupt runs measure the same")

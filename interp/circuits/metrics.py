@@ -60,12 +60,7 @@ def resolve_task(model, task: Task | str | None = None) -> Task:
     if not hasattr(getattr(model, "cfg", None), "d_vocab"):
         raise TypeError(f"model must be a GlitchLens model (models.build_model, models.load), got "
                         f"{type(model).__name__}")
-    if task is None:
-        task = getattr(model, "trained_task", None) or "flipflop"
-    if isinstance(task, str):
-        task = get_task(task)
-    if not isinstance(task, Task):
-        raise TypeError(f"task must be an interp.tasks.Task or a registered task name, got {type(task).__name__}")
+    task = as_task(getattr(model, "trained_task", None) or "flipflop" if task is None else task)
     trained = getattr(model, "trained_task", None)
     if trained is not None and trained != task.name:
         raise ValueError(f"task: this model was trained on the {trained!r} task, not {task.name!r}; analyse it on "
@@ -77,9 +72,19 @@ def resolve_task(model, task: Task | str | None = None) -> Task:
     return task
 
 
+def as_task(task: Task | str) -> Task:
+    """``task`` itself, or the task registered under that name; a ``TypeError`` for anything else."""
+    if isinstance(task, str):
+        return get_task(task)
+    if not isinstance(task, Task):
+        raise TypeError(f"task must be an interp.tasks.Task or a registered task name, got {type(task).__name__}")
+    return task
+
+
 def check_metric(task: Task, metric: Metric | None) -> Metric:
     """``metric``, or the task's :func:`margin` when None; the margin of a task with fewer than two
     answers, which has no other answer to compare with, is refused."""
+    task = as_task(task)
     if metric is None:
         if len(task.answers) < 2:
             raise ValueError(f"metric: the {task.name!r} task has one answer token, so no margin (right answer "
@@ -103,6 +108,7 @@ def scored_rows(task: Task, tokens, position: int | None = None
                 ) -> tuple[Int[Tensor, "row"], Int[Tensor, "row"], Int[Tensor, "row"]]:
     """``(seq, position, target)`` of every scored position of ``tokens [n, pos]`` (what the model
     reads), or only of the scored ones at ``position`` (an int; negative counts from the end)."""
+    task = as_task(task)
     ids = as_token_ids(tokens, task.d_vocab).numpy()
     scored, targets = task.scored_answers(ids)
     if position is not None:
@@ -117,7 +123,7 @@ def scored_rows(task: Task, tokens, position: int | None = None
     return torch.from_numpy(seq), torch.from_numpy(pos), torch.from_numpy(targets[seq, pos])
 
 
-def targets_at(task: Task, tokens: Tensor, position: Tensor, run: str) -> Tensor:
+def _targets_at(task: Task, tokens: Tensor, position: Tensor, run: str) -> Tensor:
     """The right answer's token id at ``position[b]`` of row b of ``tokens``; a position the task
     does not score there is a ``ValueError`` naming ``run``'s row."""
     scored, targets = task.scored_answers(tokens.cpu().numpy())
@@ -130,14 +136,14 @@ def targets_at(task: Task, tokens: Tensor, position: Tensor, run: str) -> Tensor
     return torch.from_numpy(targets[rows, at])
 
 
-def answer_index(task: Task, target: Tensor) -> np.ndarray:
+def _answer_index(task: Task, target: Tensor) -> np.ndarray:
     """Each target's index among ``task.answers`` (flip-flop: the bit)."""
     lookup = np.full(task.d_vocab, -1)
     lookup[list(task.answers)] = np.arange(len(task.answers))
     return lookup[target.cpu().numpy()]
 
 
-def check_frame(argument: str, frame, columns, made_by: str) -> pd.DataFrame:
+def _check_frame(argument: str, frame, columns, made_by: str) -> pd.DataFrame:
     """``frame`` if it is a DataFrame holding ``columns``; a ``TypeError`` or ``ValueError``
     naming ``argument`` and the function whose frames it takes (``made_by``) otherwise."""
     if not isinstance(frame, pd.DataFrame):
@@ -148,7 +154,7 @@ def check_frame(argument: str, frame, columns, made_by: str) -> pd.DataFrame:
     return frame
 
 
-def check_columns(argument: str, by) -> list[str]:
+def _check_columns(argument: str, by) -> list[str]:
     """``by`` as a list of column names, or a ``TypeError`` naming ``argument``."""
     if isinstance(by, str) or not all(isinstance(column, str) for column in by):
         raise TypeError(f"{argument} must be a list of column names, got {by!r}")

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp.circuits.metrics import resolve_task
+from interp.circuits.metrics import as_task, resolve_task
 from interp.circuits.reads import logit_difference, read_answers, reads_up_to
-from interp.tasks import D_VOCAB, IGNORE, READ, ZERO, Task, get_task, last_write_positions, read_mask
+from interp.tasks import D_VOCAB, IGNORE, READ, ZERO, Task, last_write_positions, read_mask
 from interp.tasks.flipflop import flip_last_write
 from models.tokens import as_token_ids
 
@@ -86,14 +86,6 @@ def bit_flip_pairs(tokens, reads: pd.DataFrame | None = None) -> ReadPairs:
     return ReadPairs(torch.from_numpy(clean), torch.from_numpy(corrupt), torch.from_numpy(position), info)
 
 
-def _task_of(task: Task | str) -> Task:
-    if isinstance(task, str):
-        return get_task(task)
-    if not isinstance(task, Task):
-        raise TypeError(f"task must be an interp.tasks.Task or a registered task name, got {type(task).__name__}")
-    return task
-
-
 def _pairs(clean, corrupt, read, info, unpaired, what: str) -> ReadPairs:
     if not info:
         reasons = "; ".join(f"seq {u['seq']} position {u['position']}: {u['reason']}" for u in unpaired[:3])
@@ -113,7 +105,7 @@ def corrupt_pairs(task: Task | str, tokens, reads: pd.DataFrame | None = None) -
     (default every scored position). ``info``: ``pair``, ``seq``, ``position``, ``answer`` (the
     clean run's right answer, a token id), ``corrupt_answer``, ``edit``, ``edit_pos``.
     """
-    task = _task_of(task)
+    task = as_task(task)
     if not task.declares_corrupt:
         raise ValueError(f"task: the {task.name!r} task declares no counterfactual (Task.corrupt); pair its "
                          "sequences with resample_pairs, or give it a corrupt(inputs, position) method")
@@ -147,7 +139,7 @@ def resample_pairs(task: Task | str, tokens, reads: pd.DataFrame | None = None, 
     (default every scored position). ``info``: ``pair``, ``seq``, ``position``, ``answer``,
     ``partner`` (the corrupt run's sequence), ``corrupt_answer``, ``edit``, ``edit_pos``.
     """
-    task = _task_of(task)
+    task = as_task(task)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     ids = as_token_ids(tokens, task.d_vocab).numpy()
@@ -174,7 +166,7 @@ def resample_pairs(task: Task | str, tokens, reads: pd.DataFrame | None = None, 
 def task_pairs(task: Task | str, tokens, reads: pd.DataFrame | None = None, seed: int = 0) -> ReadPairs:
     """:func:`corrupt_pairs` where the task declares a counterfactual, :func:`resample_pairs`
     (with ``seed``) where it does not."""
-    task = _task_of(task)
+    task = as_task(task)
     return corrupt_pairs(task, tokens, reads) if task.declares_corrupt else resample_pairs(task, tokens, reads, seed)
 
 

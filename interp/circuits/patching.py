@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 
 from interp.circuits.metrics import (
-    Metric, Scored, check_columns, check_frame, check_metric, measure, resolve_task, targets_at,
+    Metric, Scored, _check_columns, _check_frame, check_metric, measure, resolve_task, _targets_at,
 )
 from interp.circuits.reads import reads_up_to
 from interp.tasks import Task
@@ -126,8 +126,8 @@ def prepare_pairs(model, clean_tokens, corrupt_tokens, reads, task: Task | str |
         raise ValueError(f"reads must hold one position per pair, [{len(clean)}], got {tuple(reads.shape)}")
     if ((reads < 0) | (reads >= clean.shape[1])).any():
         raise ValueError(f"reads: positions {reads.tolist()} must lie in [0, {clean.shape[1]})")
-    target = targets_at(task, clean, reads, "clean")
-    targets_at(task, corrupt, reads, "corrupt")      # the corrupt run must be scored there too
+    target = _targets_at(task, clean, reads, "clean")
+    _targets_at(task, corrupt, reads, "corrupt")      # the corrupt run must be scored there too
     device = model.cfg.device
     return PairRuns(reads_up_to(model, clean, reads).to(device), reads_up_to(model, corrupt, reads).to(device),
                     reads, target, task, metric)
@@ -263,8 +263,8 @@ def patching_summary(frame: pd.DataFrame, by: Sequence[str] = ("hook", "layer", 
     ``by``, with ``pairs`` (how many) and ``component`` (a label such as ``L1H0 z`` or
     ``L0 resid_pre``), in the frame's order. An ``offset`` of ``<NA>`` (every position at
     once) is a group of its own."""
-    keys = check_columns("by", by)
-    check_frame("frame", frame, [*keys, "pair", "clean", "corrupt", "patched"], "activation_patching")
+    keys = _check_columns("by", by)
+    _check_frame("frame", frame, [*keys, "pair", "clean", "corrupt", "patched"], "activation_patching")
     grouped = frame.assign(gain=frame.patched - frame.corrupt, gap=frame.clean - frame.corrupt).groupby(
         keys, sort=False, dropna=False)
     table = grouped.agg(pairs=("pair", "size"), gain=("gain", "sum"), gap=("gap", "sum")).reset_index()
