@@ -267,17 +267,26 @@ def sparsity_profile_evidence() -> Evidence:
                     source="runs/claims/tda_sparsity.csv")
 
 
-def trela_premise() -> str:
+def thm44_evidence() -> Evidence:
+    """Theorem 4.4 on `trela-beta1` (trela at the paper's beta = 1) once figure ``13`` holds it, else
+    on `trela-mech`; either way with the theorem's premise checked (:func:`trela_premise`)."""
+    data = sources.figure("13_non_dispersion")
+    specimen = "trela-beta1" if (data.model == "trela-beta1").any() else "trela-mech"
+    return dispersion_evidence(specimen, lambda: trela_premise(specimen))
+
+
+def trela_premise(specimen: str) -> str:
     """Theorem 4.4 bounds the noise survivors "if beta >= sigma" (App. A.2) and the paper trains at
-    beta = 1 (Sec. 6): `trela-mech` learned its beta per layer; below 1 the premise is not met."""
+    beta = 1 (Sec. 6): a specimen whose beta (per layer) is below 1 does not meet the premise."""
     from models.pretrained import load_pretrained
 
-    betas = [float(p.detach()) for n, p in load_pretrained("trela-mech").named_parameters() if n.endswith("attn.beta")]
-    if min(betas) >= 1:
+    betas = [float(p.detach()) for n, p in load_pretrained(specimen).named_parameters() if n.endswith("attn.beta")]
+    if min(betas) >= 1 - 1e-6:
         return ""
-    return (f"the theorem's premise beta >= sigma (the paper's beta = 1) is not met: `trela-mech` learned beta "
+    return (f"the theorem's premise beta >= sigma (the paper's beta = 1) is not met: `{specimen}` learned beta "
             f"{', '.join(f'{b:.2f}' for b in betas)}; `trela-beta1` (`glitchlens pretrained build trela-beta1`, "
-            "about 3.5 hours of a core, then `glitchlens figures --only non_dispersion`) is the specimen at beta = 1")
+            "about 3.5 hours of a core, then figure 13 with it among interp.figures.common.FLIPFLOP_SPECIMENS) is "
+            "the specimen at beta = 1")
 
 
 def kernel_evidence() -> Evidence:
@@ -333,8 +342,9 @@ TDA_CLAIMS = [
     Claim("tda-cor47", "TDA", "Cor. 4.7", "TDA is non-dispersive: E[H(a_i)] / log i -> 0", "-> 0", BETA1,
           lambda: dispersion_evidence("tda-beta1"), quote=(182, "TDA is Non-Dispersive")),
     Claim("tda-thm44", "TDA", "Theorem 4.4", "threshold-rectified attention (trela) is non-dispersive", "-> 0",
-          "`trela-mech`: `tiny` 2 x 4 x 64, 1000 steps at T = 512, learned beta",
-          lambda: dispersion_evidence("trela-mech", trela_premise),
+          "`trela-beta1` (beta ramped to 1, 4500 steps) once built, else `trela-mech` (learned beta, 1000 steps): "
+          "`tiny` 2 x 4 x 64 at T = 512",
+          thm44_evidence,
           quote=(158, "the Threshold Rectified Attention (TRA) is non-dispersive")),
     Claim("tda-fig1a-profile", "TDA", "Fig. 1a", "middle layers are less sparse than the first and the last",
           "(figure)", BETA1, sparsity_profile_evidence,
