@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from transformer_lens.hook_points import HookPoint
 
 from models import ModelConfig, build_model
-from models.attention.base import COMMON_HOOKS
+from models.attention.base import COMMON_HOOKS, reference_attention
 
 LAYERS, HEADS, D_MODEL, N_CTX = 2, 2, 32, 32
 BATCH, LENGTH, SPLIT = 2, 24, 11   # inputs of LENGTH tokens; positions after SPLIT are changed
@@ -444,10 +444,10 @@ def _fast_paths(model, tokens) -> tuple[bool, str]:
     configured = cfg.attention_impl
     results, passed = [], True
     try:
-        cfg.attention_impl = "reference"
-        with torch.no_grad():
-            reference = model(tokens)
-        reference_grads = _gradients(model, tokens)
+        with reference_attention(model):   # in eval mode too
+            with torch.no_grad():
+                reference = model(tokens)
+            reference_grads = _gradients(model, tokens)
         covered = set()
         for setting in ("rows", "triton"):
             cfg.attention_impl = setting

@@ -15,6 +15,7 @@ import kernels.rows
 from kernels.threshold.rows import ThresholdRowsFunction
 from models import ModelConfig, build_model
 from models.attention import REGISTRY
+from models.attention.base import reference_attention
 from models.mechanisms import plugin_class
 from models.mechanisms import MODEL_FAMILIES
 from support import assert_same_model, models_with
@@ -162,7 +163,7 @@ def test_normalized_at_equals_the_full_forward_there(name, monkeypatch, model_pa
     if name != "lstm":
         monkeypatch.setattr(model.blocks[-1].attn, "forward", None)
     x, positions = tokens(4, 70, seed=2), query_positions(4, 70)
-    with torch.inference_mode():
+    with torch.inference_mode(), reference_attention(reference):
         expected = kernels.rows.at_rows(reference(x, return_type="normalized"), positions)
         assert (model.normalized_at(x, positions) - expected).abs().max() < 1e-4
 
@@ -256,6 +257,8 @@ def test_eval_mode_runs_the_fast_path_whatever_the_model_was_trained_with(name, 
     model = build_model(ModelConfig.from_preset(name, "tiny", n_ctx=512, attention_impl="reference"))
     assert model.blocks[0].attn.implementation(torch.device("cpu")) == "reference", "training mode: the reference"
     model.eval()
+    with reference_attention(model):
+        assert model.blocks[1].attn.implementation(torch.device("cpu")) == "reference", "asked for in eval mode"
     model.blocks[0].attn.hook_pattern.add_hook(lambda t, hook: t)
     assert model.blocks[0].attn.implementation(torch.device("cpu")) == "reference", "hooked: the reference"
     assert model.blocks[1].attn.implementation(torch.device("cpu")) != "reference", "only the hooked layer"

@@ -49,7 +49,8 @@ import functools
 import importlib
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -114,6 +115,25 @@ def rms_normalise(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """``x [..., d]`` scaled to unit root-mean-square over its last axis, no affine weight,
     computed in at least float32. An all-zero row stays zero (never NaN)."""
     return F.rms_norm(upcast(x), (x.shape[-1],), eps=eps).to(x.dtype)
+
+
+@contextmanager
+def reference_attention(model: nn.Module) -> Iterator[None]:
+    """Every attention layer of ``model`` runs its reference while the block runs, in eval mode
+    too (where ``attention_impl="reference"`` alone runs the fast path): the layers are set to the
+    reference and to training mode, which nothing else of a layer reads but attention dropout
+    (off unless ``cfg.attention_dropout``). For checking fast paths against the reference."""
+    layers = [m for m in model.modules() if isinstance(m, Attention)]
+    saved = [(layer, layer.training, layer.cfg.attention_impl) for layer in layers]
+    try:
+        for layer in layers:
+            layer.cfg.attention_impl = "reference"
+            layer.train()
+        yield
+    finally:
+        for layer, training, impl in saved:
+            layer.cfg.attention_impl = impl
+            layer.train(training)
 
 
 def has_hooks(*hook_points: HookPoint) -> bool:
