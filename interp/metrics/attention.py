@@ -114,7 +114,8 @@ def checked_map(argument: str, a, ndim: int | None = None) -> Float[Tensor, "*ba
     if a.ndim < 2 or a.shape[-1] != a.shape[-2] or (ndim is not None and a.ndim != ndim):
         axes = "[batch, head, query_pos, key_pos]" if ndim == 4 else "[*batch, query_pos, key_pos]"
         raise ValueError(f"{argument} must be {axes} with query_pos == key_pos, got shape {tuple(a.shape)}")
-    if not torch.isfinite(a.tril()).all():
+    finite = torch.isfinite(a)                  # bools: a quarter of a float copy of the map
+    if not finite.logical_or_(~causal(a.shape[-1], a.device)).all():
         raise ValueError(f"{argument} holds NaN or infinite weights at causal entries (key <= query): a diverged "
                          "model's maps have no metrics")
     return a

@@ -58,6 +58,10 @@ def capture_maps(model: nn.Module, tokens: Integer[np.ndarray, "batch pos"], nam
                        if (m := pattern.fullmatch(key))}
         if not hooks[name]:
             raise MissingHookError(f"the {model.cfg.model} model has no blocks.*.attn.hook_{name}")
+    # a hook point this model has but never calls takes no hook (run_with_hooks refuses one)
+    fired = set(model.fired_hooks()) if hasattr(model, "fired_hooks") else None
+    hooks = {name: {layer: point for layer, point in at.items() if fired is None or point.name in fired}
+             for name, at in hooks.items()}
     collected: dict[str, dict[int, Map]] = {name: {} for name in names}
 
     def collect(layer, maps):
