@@ -57,7 +57,7 @@ def diagnosed(tmp_path_factory):
             root = tmp_path_factory.mktemp(name)
             path = save_tiny(root, name)
             lengths = (*LENGTHS, 1024) if name == "ape" else LENGTHS   # APE cannot go past n_ctx = 512
-            done[name] = path, diagnose(path, root / "out", n=N, lengths=lengths)
+            done[name] = path, diagnose(path, root / "out", n=N, lengths=lengths, probe_sequences=N + 2)
         return done[name]
 
     return get
@@ -96,9 +96,13 @@ def test_diagnose_writes_every_documented_field_and_file(diagnosed, name):
     if name == "lstm":
         assert all(metrics[field] is None for field in ATTENTION_FIELDS)
         assert "no attention" in metrics["skipped"]["sparsity"]
-        assert sorted(metrics["files"]) == ["error_by_dependency", "glitches_csv", "metrics_csv", "metrics_json",
-                                            "report"]
+        assert sorted(metrics["files"]) == ["browser", "error_by_dependency", "glitches_csv", "metrics_csv",
+                                            "metrics_json", "report"]
         return
+    probes = pd.read_csv(result.files["probes_csv"])     # the current bit at every layer
+    assert probes.layer.tolist() == list(range(models.load(path).cfg.n_layers + 1))
+    pd.testing.assert_frame_equal(pd.DataFrame(metrics["linear_probes"]["per_layer"]), probes)
+    assert "Linear probes of the current bit" in html_text
     for png in PNGS:
         assert result.files[png].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "All layers and heads" in html_text

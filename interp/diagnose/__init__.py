@@ -73,11 +73,12 @@ OUTPUT_FILES = ("report.html", "metrics.json", "metrics.csv", "glitches.csv", "b
 
 def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse", "dense"), n: int | None = 32,
              lengths: Sequence[int] = DEFAULT_LENGTHS, n_cache_sequences: int = 2, sink_keys: Sequence[int] = (0, 1, 2, 3),
-             sink_threshold: float = 0.3, heatmap_tokens: int = 128, batch_size: int = BATCH_SIZE,
-             device: str = "cpu", progress: bool = False, overwrite: bool = False) -> Diagnosis:
+             sink_threshold: float = 0.3, heatmap_tokens: int = 128, probe_sequences: int = 16,
+             batch_size: int = BATCH_SIZE, device: str = "cpu", progress: bool = False,
+             overwrite: bool = False) -> Diagnosis:
     """Diagnose a checkpoint and write report.html, metrics.json, metrics.csv, glitches.csv
     and PNGs into ``out_dir`` (see the module docstring). ``n``: sequences per split (None:
-    all). The defaults keep a ``mini`` checkpoint under a minute on a 2-core CPU.
+    all); ``probe_sequences``: iid sequences the linear probes are fitted and scored on. The defaults keep a ``mini`` checkpoint under a minute on a 2-core CPU.
     ``progress``: a bar on stderr, one step per split evaluated, per layer of each attention
     run and per stage after them, saying which is running. ``overwrite``: replace files in
     ``out_dir`` that this command did not write (:mod:`interp.outputs`). A checkpoint of another
@@ -89,11 +90,12 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
         from interp.diagnose.task import diagnose_task
 
         return diagnose_task(checkpoint_path, out_dir, task, n=n, n_cache_sequences=n_cache_sequences,
-                             batch_size=batch_size, device=device, overwrite=overwrite)
+                             probe_sequences=probe_sequences, batch_size=batch_size, device=device,
+                             overwrite=overwrite)
     check_free(writable_dir(out_dir), OUTPUT_FILES, overwrite)  # before minutes of work, not after
     settings = {"splits": list(splits), "n": n, "lengths": list(lengths), "n_cache_sequences": n_cache_sequences,
                 "sink_keys": list(sink_keys), "sink_eps": sink_threshold, "heatmap_tokens": heatmap_tokens,
-                "batch_size": batch_size, "device": device}
+                "probe_sequences": probe_sequences, "batch_size": batch_size, "device": device}
     timings, clock = {}, [time.perf_counter()]
     # steps: loading, each split, each layer at each length (counted once the model is loaded), metrics, report
     bar = tqdm(total=len(splits) + 3, desc="diagnose", unit="step", leave=False, disable=not progress)
@@ -123,7 +125,9 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
     lap("evaluate", "measuring attention", steps=0)
     runs, probe_length, skipped_lengths = (run_lengths(model, layers, names, lengths, n_cache_sequences, sink_keys,
                                                        bar) if layers else ({}, None, {}))
-    lap("attention", "computing the metrics", steps=0)
+    lap("attention", "linear probes", steps=0)
+    linear_probes = flipflop_probes(model, probe_sequences)
+    lap("probes", "computing the metrics", steps=0)
     probe = runs.get(probe_length)
     frame = tidy_frame(runs, probe_length, rates)
     metrics = {
@@ -131,7 +135,7 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
         "threshold_beta": [beta.item() for beta in threshold_betas(model)] or None, "settings": settings, "evaluation": {name: r.to_dict() for name, r in evaluation.items()},
         "glitches": {"total": len(glitches), "by_split": {s: int((glitches.split == s).sum()) for s in splits}},
         "error_by_dependency": rates[["split", "dependency_length", "n_reads", "n_errors", "error_rate"]]
-        .to_dict("records"),
+        .to_dict("records"), "linear_probes": linear_probes,
         **dict.fromkeys(ATTENTION_FIELDS), "skipped": {},
     }
     if probe is None:
@@ -140,6 +144,8 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
         metrics["skipped"] = dict.fromkeys(ATTENTION_FIELDS, reason)
     else:
         metrics |= attention_fields(model.cfg.model, names, frame, runs, probe_length, skipped_lengths, settings)
+    if linear_probes is None:
+        metrics["skipped"]["linear_probes"] = f"the {model.cfg.model} model has no residual stream (no blocks) to probe"
     if metrics["threshold_beta"] is None:
         metrics["skipped"]["threshold_beta"] = f"{model.cfg.model} has no threshold layer (only trela and tda do)"
     bar.set_postfix_str("the glitch browser")
@@ -154,6 +160,19 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
         files["metrics_json"].write_text(json.dumps(plain(metrics), indent=2, allow_nan=False) + "\n")
     files = moved(files, stage, out_dir)
     return Diagnosis(Path(out_dir), plain(metrics), frame, glitches, files)
+
+
+def flipflop_probes(model, sequences: int) -> dict | None:
+    """The ``linear_probes`` field of metrics.json (:mod:`interp.diagnose.summary`): the
+    flip-flop task's probe label at every layer, on the first ``sequences`` iid sequences;
+    None for a model without a residual stream."""
+    from interp.diagnose.task import run_probes
+    from interp.tasks import get_task
+
+    if not hasattr(model, "blocks"):
+        return None
+    probes, meaning = run_probes(model, get_task("flipflop"), "iid", sequences, None)
+    return {"label": meaning, "split": "iid", "sequences": sequences, "per_layer": probes.to_dict("records")}
 
 
 def glitch_browser(model, checkpoint_path, reads: pd.DataFrame, n: int | None) -> str:
@@ -203,6 +222,9 @@ def write_outputs(out_dir: Path, metrics: dict, frame: pd.DataFrame, glitches: p
               "report": out_dir / "report.html", "metrics_json": out_dir / "metrics.json",
               "browser": out_dir / "browser.html"}
     files["browser"].write_text(browser)
+    if metrics["linear_probes"] is not None:
+        files["probes_csv"] = out_dir / "probes.csv"
+        pd.DataFrame(metrics["linear_probes"]["per_layer"]).to_csv(files["probes_csv"], index=False)
     frame.to_csv(files["metrics_csv"], index=False)
     glitches.to_csv(files["glitches_csv"], index=False)
     metrics["files"] = {kind: path.name for kind, path in files.items()}

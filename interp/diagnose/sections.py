@@ -33,6 +33,15 @@ def report_sections(metrics: dict, frame: pd.DataFrame, glitches: pd.DataFrame, 
          figures(lambda b: plots.error_rate_chart(rates, series="split", backend=b), "error_by_dependency.png"),
          f"<p>{len(glitches)} glitches; the first {min(len(glitches), 20)} (all in glitches.csv):</p>"
          + table_html(glitches.head(20))])
+    if metrics["linear_probes"] is not None:
+        probes = metrics["linear_probes"]
+        evaluation.body.append(
+            f"<p>Linear probes of {probes['label']}, on the residual stream before each block and after the last "
+            f"(layer L: the stream entering block L), fitted on four of every five of {probes['sequences']} iid "
+            "sequences and scored on the fifth: held-out accuracy, its 95% Wilson interval (low, high), and the "
+            "accuracy of always answering the commonest bit (baseline). All in probes.csv.</p>"
+            + table_html(pd.DataFrame(probes["per_layer"])[["layer", "accuracy", "low", "high", "baseline",
+                                                              "test_rows"]]))
     # what does not apply opens the report, so that no part is missing without its reason in view
     lengths_skipped = (metrics["lengths"] or {}).get("skipped", {})   # no lengths run without attention
     skipped = [(f"length {T}", r) for T, r in lengths_skipped.items()] + list(metrics["skipped"].items())

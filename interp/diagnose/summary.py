@@ -13,6 +13,11 @@ over heads per layer (the max for ``max_abs_weight``). NaN is written as null.
   error_rate_upper95, sequence_accuracy}}``.
 - ``glitches``: ``{"total": int, "by_split": {split: int}}``, the rows of glitches.csv.
 - ``error_by_dependency``: ``[{split, dependency_length, n_reads, n_errors, error_rate}]``.
+- ``linear_probes``: ``{"label", "split", "sequences", "per_layer": [{hook, layer, position, label,
+  train_rows, test_rows, classes, accuracy, low, high, baseline}]}``: a linear probe of the current
+  bit (flip-flop's probe label) on the residual stream before each block and after the last, fitted
+  on four of every five iid sequences and scored on the fifth (held-out accuracy, its 95% Wilson
+  interval, and the accuracy of always answering the commonest bit: :mod:`interp.metrics.store`).
 - ``lengths``: ``{"run": [T], "probe": T, "skipped": {"<T>": reason}}``.
 - ``maps``: the maps measured, ``["pattern", "view_1", ...]``.
 - ``sparsity``, ``survivors``, ``max_abs_weight``: ``{map: {"<T>": {"overall", "per_layer"}}}``
@@ -66,7 +71,7 @@ ATTENTION_FIELDS = (
     "tail_probabilities", "bit_carrier", "last_write", "heatmap",
 )
 FIELDS = ("checkpoint", "model", "config", "threshold_beta", "settings", "evaluation", "glitches",
-          "error_by_dependency", *ATTENTION_FIELDS, "skipped", "files", "timings_s")
+          "error_by_dependency", "linear_probes", *ATTENTION_FIELDS, "skipped", "files", "timings_s")
 
 
 @dataclass
@@ -87,6 +92,11 @@ class Diagnosis:
                  f"{r['read_errors']}/{r['reads']} reads wrong, {100 * r['sequence_accuracy']:.1f}% sequences right")
                 for name, r in m["evaluation"].items()]
         rows.append(("glitches", str(m["glitches"]["total"]), "rows of glitches.csv"))
+        if m["linear_probes"] is not None:
+            best = max(m["linear_probes"]["per_layer"], key=lambda r: r["accuracy"])
+            rows.append((f"linear probe of {m['linear_probes']['label'].split(':')[0]}", _num(best["accuracy"]),
+                         f"held-out accuracy at layer {best['layer']} ({_num(best['low'])}-{_num(best['high'])}; "
+                         f"always the commonest: {_num(best['baseline'])})"))
         if m["threshold_beta"] is not None:
             rows.append(("threshold beta", _num(min(m["threshold_beta"])),
                          "smallest layer's; per layer " + ", ".join(_num(b) for b in m["threshold_beta"])))

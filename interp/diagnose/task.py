@@ -120,7 +120,7 @@ def heads_at(view: dict) -> list[dict]:
     return out
 
 
-def run_probes(model, task, split: str, n: int, spill_dir: Path) -> tuple[pd.DataFrame, str]:
+def run_probes(model, task, split: str, n: int, spill_dir: Path | None) -> tuple[pd.DataFrame, str]:
     """:func:`~interp.metrics.store.linear_probes` per layer on the first ``n`` sequences of
     ``split``, activations spilled (past the store's bound) into ``spill_dir``."""
     inputs, labels, where, meaning = probe_labels(task, task.load_split(split, min(n, task.splits[split].size)))
@@ -129,7 +129,7 @@ def run_probes(model, task, split: str, n: int, spill_dir: Path) -> tuple[pd.Dat
 
 
 def diagnose_task(checkpoint_path, out_dir, task_name: str | None = None, n: int | None = 32,
-                  n_cache_sequences: int = 2, heatmap_tokens: int = 96, probe_sequences: int = 64,
+                  n_cache_sequences: int = 2, heatmap_tokens: int = 96, probe_sequences: int = 16,
                   batch_size: int = BATCH_SIZE, device: str = "cpu", overwrite: bool = False) -> TaskDiagnosis:
     """Diagnose a checkpoint of a registered task (the one it records; ``task_name``, when given,
     must be that one); see the module docstring. A file of these names already in ``out_dir``

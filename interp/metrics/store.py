@@ -37,7 +37,8 @@ MAX_BYTES = 256 << 20        # activations held in memory before they go to disk
 BATCH = 16                   # sequences per forward pass
 HELD_OUT = 5                 # every HELD_OUT-th sequence is held out to score the probes
 L2 = 1e-3                    # the probes' weight decay, on standardised activations
-STEPS = 100                  # L-BFGS iterations per probe
+STEPS = 100                  # L-BFGS iterations per probe, at most
+TOLERANCE = 1e-6             # ... it stops once the loss changes less than this (a convex loss: the optimum)
 
 
 def stream_hooks(model: nn.Module) -> list[str]:
@@ -157,7 +158,8 @@ def _fit(chunks, labels: np.ndarray, classes: int) -> nn.Linear:
     d = len(mean)
     probe = nn.Linear(d, classes).double()
     nn.init.zeros_(probe.weight), nn.init.zeros_(probe.bias)
-    optimiser = torch.optim.LBFGS(probe.parameters(), max_iter=STEPS, line_search_fn="strong_wolfe")
+    optimiser = torch.optim.LBFGS(probe.parameters(), max_iter=STEPS, tolerance_change=TOLERANCE,
+                                  line_search_fn="strong_wolfe")
 
     def closure():
         optimiser.zero_grad()
