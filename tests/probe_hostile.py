@@ -62,7 +62,7 @@ class Case:
     name: str
     make: Callable[[Path], list]   # workspace -> argv (prepares work/ first)
     refused: bool = False          # bad input: exit status 0 is a silent result
-    kill_after_s: float | None = None   # SIGKILL the command's process alone this long after it started
+    kill_when: Callable[[Path], bool] | None = None   # SIGKILL the command's process alone once true of ws
 
 
 # --- what a workspace holds ----------------------------------------------------------------------
@@ -407,6 +407,12 @@ TASK_MODULES = {
 }
 
 
+def training(ws: Path) -> bool:
+    """Whether a sweep's first run in ``ws`` has logged a training step."""
+    log = ws / "work" / "sweep" / "runs" / "nope-seed0" / "log.jsonl"
+    return log.exists() and bool(log.read_text().strip())
+
+
 def integrity_cases() -> list[Case]:
     nested = "[" * 100_000 + "]" * 100_000
     cases = [
@@ -440,7 +446,7 @@ def integrity_cases() -> list[Case]:
     # a sweep whose process is killed with SIGKILL: its workers must not train on for good
     cases.append(Case("orphans/reproduce/sigkill", lambda ws: [
         "reproduce", "table1", "--models", "nope", "--seeds", "1", "--steps", "3000", "--scale", "learning", "--jobs",
-        "1", "--quiet", "--out", ws / "work" / "sweep"], kill_after_s=25.0))
+        "1", "--quiet", "--out", ws / "work" / "sweep"], kill_when=training))
     return cases
 
 
@@ -936,7 +942,8 @@ def main() -> int:
                 done, status = os.waitpid(pid, os.WNOHANG)
                 elapsed = time.monotonic() - t0
                 orphans = None
-                if not done and case.kill_after_s is not None and elapsed >= case.kill_after_s:
+                # killed once it is training, or before the time limit would call it a hang
+                if not done and case.kill_when is not None and (case.kill_when(ws) or elapsed >= args.timeout - 5):
                     os.kill(pid, signal.SIGKILL)   # the command alone, as an out-of-memory killer would
                     done, status = os.waitpid(pid, 0)
                     orphans = orphans_of(pid)

@@ -221,7 +221,9 @@ def r1_checkpoints() -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     model_cfg, train_cfg = configs("rope", 0, SCALES["cpu"])
     partial = run_dir / "checkpoints.json"
-    done = json.loads(partial.read_text()) if partial.exists() else []
+    from interp.outputs import read_json
+
+    done = read_json(partial, "measured checkpoints") if partial.exists() else []
     for step in range(100, train_cfg.steps + 1, 100):
         if any(c["step"] == step for c in done):
             continue

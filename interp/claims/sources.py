@@ -7,11 +7,12 @@ measurement on the specimens cached under ``runs/claims/`` (:mod:`interp.claims.
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
 
 import pandas as pd
+
+from interp.outputs import read_json
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "runs"
@@ -35,7 +36,7 @@ def result(sweep: str, name: str) -> dict:
     path = RUNS / sweep / "runs" / name / "result.json"
     if not path.exists():
         raise missing(path)
-    return json.loads(path.read_text())
+    return read_json(path, "sweep result")
 
 
 def has_result(sweep: str, name: str) -> bool:

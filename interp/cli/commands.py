@@ -579,7 +579,7 @@ def cmd_reproduce(args) -> int:
     models = tuple(args.models.split(",")) if args.models else TABLE1_MODELS
     scale = SCALES[args.scale] if args.steps is None else replace(SCALES[args.scale], steps=args.steps)
     sweeps.SHOW_PROGRESS = not args.quiet
-    from interp.outputs import check_free, linked_folders
+    from interp.outputs import check_free, linked_folders, read_bytes
     from interp.studies.registry import STUDIES
 
     if args.seeds > MAX_SEEDS:
@@ -606,7 +606,7 @@ def cmd_reproduce(args) -> int:
     with output_lock(writable_dir(out), " ".join(["glitchlens", *args.argv])):   # one sweep per --out
         report = _reproduce(args, models, scale)   # its reports are staged and recorded
     print(f"wrote {shown(args.out)}/{report}")
-    print(shown((Path(args.out) / report).read_text()))
+    print(shown(read_bytes(Path(args.out) / report, "report").decode()))
     return 0
 
 

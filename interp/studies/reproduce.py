@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interp.outputs import staged, staged_file
+from interp.outputs import read_bytes, staged, staged_file
 from interp.studies.sweeps import run_all
 
 if TYPE_CHECKING:  # pandas costs a second to import: only the commands that tabulate import it
@@ -95,7 +95,7 @@ HELD_OUT_N = 1000
 
 def learning_curve(run_dir: Path) -> list[tuple[int, float]]:
     """``(step, iid full-sequence accuracy)`` of every quick check in a run's ``log.jsonl``."""
-    records = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in read_bytes(run_dir / "log.jsonl", "training log").decode().splitlines()]
     return [(r["step"], r["eval"]["iid"]["sequence_accuracy"]) for r in records if "eval" in r]
 
 

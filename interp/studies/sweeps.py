@@ -7,9 +7,9 @@ cluster of more than one machine they must write to a filesystem that every node
 same path, and every node needs this project installed.
 
 A worker on this machine dies with the sweep: killed (even with SIGKILL, which the sweep cannot
-forward), the sweep's process leaves its workers a SIGTERM (a parent-death signal, ``prctl``,
-on Linux; elsewhere a thread of each worker that watches for its parent to go), and a run
-training saves its checkpoint at its next step and stops; no run starts after it.
+forward), the sweep's process leaves its workers word of it (a parent-death signal, ``prctl``,
+on Linux; elsewhere a thread of each worker that watches for its parent to go): a run training
+gets one SIGTERM, saves its checkpoint at its next step and stops; no run starts after it.
 
 Ray addresses are ``ray.init``'s: ``local`` starts a Ray instance on this machine with ``jobs``
 CPUs for the sweep; ``auto`` joins the cluster this machine is a node of (``ray start``);
@@ -145,7 +145,12 @@ def _stop_pool(pool: ProcessPoolExecutor, grace_s: float) -> None:
 
 _stopping = None   # in a worker: the sweep's event, set once no run may start
 _parent = None     # in a worker: the sweep's pid
-PARENT_DIED = signal.SIGTERM   # a worker's signal when the sweep is gone: a training run saves and stops
+_running = False   # in a worker: whether a run is in progress
+_orphaned = False  # in a worker: whether the sweep is gone
+# The kernel's word to a worker that the sweep died. It may come more than once (once per thread
+# of the sweep that the worker is handed to as it dies), so it is not the runs' stop signal itself,
+# whose second arrival would interrupt a run at once instead of letting it save.
+PARENT_DIED = signal.SIGUSR1
 PR_SET_PDEATHSIG = 1           # prctl(2)
 WATCH_PARENT_S = 1.0           # where there is no parent-death signal: how often a worker looks
 
@@ -158,6 +163,7 @@ def _start_worker(stopping, parent: int) -> None:
     _stopping, _parent = stopping, parent
     os.setpgrp()   # out of the terminal's process group: the sweep forwards one SIGINT itself
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(PARENT_DIED, _parent_died)
     if not _parent_death_signal(PARENT_DIED):
         threading.Thread(target=_watch_parent, daemon=True, name="watch-sweep").start()
     if os.getppid() != parent:   # it died before the signal was asked for
@@ -175,6 +181,18 @@ def _parent_death_signal(signum: int) -> bool:
         return False
 
 
+def _parent_died(signum, frame) -> None:
+    """The sweep is gone: a run in progress gets one SIGTERM (a training run saves its step and
+    stops), an idle worker exits; a repeat of the news changes nothing."""
+    global _orphaned
+    if _orphaned:
+        return
+    _orphaned = True
+    if not _running:
+        os._exit(1)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _watch_parent() -> None:
     """Send this worker :data:`PARENT_DIED` once its parent is gone (it is adopted: another ppid)."""
     while os.getppid() == _parent:
@@ -185,14 +203,17 @@ def _watch_parent() -> None:
 def _run_in_worker(function: Callable, *args):
     """``function(*args)``, with Ctrl-C interrupting it (a training run turns the interrupt into a
     checkpoint and a stop: ``interp.training.setup.GracefulInterrupt``), unless the sweep is stopping."""
+    global _running
     if _stopping.is_set():
         raise KeyboardInterrupt("the sweep was interrupted before this run started")
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    _running = True
     try:
         return function(*args)
     finally:
+        _running = False
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if os.getppid() != _parent:   # the run stopped because the sweep died: no one waits for its result
+        if _orphaned or os.getppid() != _parent:   # the sweep died: no one waits for this run's result
             os._exit(1)
 
 

@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 import models
 from interp.evaluate import evaluate_splits, task_vocab
 from interp.metrics.attention import effective_entropy, l1_normalised
-from interp.outputs import check_free, new_file, open_append
+from interp.outputs import check_free, new_file, open_append, read_bytes
 from interp.outputs import record as record_written
 from interp.outputs import writable_dir
 from interp.tasks import CANONICAL_SEQ_LEN, get_task
@@ -267,7 +267,7 @@ def _trim_log(path: Path, step: int) -> None:
         return
     with open_append(path):   # refuses a symbolic link before anything is read
         pass
-    lines = path.read_text().splitlines(keepends=True)
+    lines = read_bytes(path, "training log").decode(errors="replace").splitlines(keepends=True)
     kept = [line for line in lines if _logged_step(line) <= step]
     if len(kept) < len(lines):
         fd, tmp = new_file(path.parent, f".{path.name}.")   # a fresh file, never a link
