@@ -21,7 +21,8 @@ import plotly.graph_objects as go
 import torch
 
 from interp.metrics import Maps, by_layer, cache_maps
-from interp.plots.layout import HIDDEN_COLOR, GridSize, Panel, colour_scales, token_axis
+from interp.tasks import get_task
+from interp.plots.layout import HIDDEN_COLOR, GridSize, Panel, colour_scales, task_axis, token_axis
 from interp.plots.render_plotly import panel_traces, token_ticks
 
 # Room above the panel for the dropdown and below it for the slider, in pixels.
@@ -41,13 +42,15 @@ def _choose(name: str, wanted: Sequence[int] | None, available: Sequence[int]) -
 def head_viewer(maps: Maps, tokens=None, *, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None,
                 seqs: Sequence[int] | None = None, hook: str = "pattern", window: tuple[int, int] | None = None,
                 stride: int = 1, causal: bool = True, signed: bool | None = None, max_ticks: int | None = None,
-                title: str = "Attention by head") -> go.Figure:
+                title: str = "Attention by head", task=None) -> go.Figure:
     """One attention head at a time, chosen by layer and head (dropdown) and sequence (slider).
 
     ``maps``: ``{layer: [batch, head, T, T]}`` (any :data:`interp.metrics.Maps`), or a cache, from
     which the ``hook`` maps are taken (``"pattern"``, ``"attn_scores"``, ``"dbar"``, ...).
-    ``tokens``: the ``[batch, T]`` flip-flop token ids the maps were computed on (labels and read
-    marks; without them the axes show positions). ``layers``/``heads``/``seqs``: what to offer
+    ``tokens``: the ``[batch, T]`` token ids the maps were computed on (labels and read marks;
+    without them the axes show positions), of flip-flop or of ``task`` (a registered
+    :class:`~interp.tasks.Task` or its name: its own tokens, roles and evidence cells,
+    :func:`interp.plots.layout.task_axis`). ``layers``/``heads``/``seqs``: what to offer
     (default: all). ``window``/``stride``/``max_ticks``/``causal``/``signed``: as
     :func:`interp.plots.heatmap_grid`. Every panel is on one colour scale, diverging and centred
     on 0 when any shown map is signed (Diff, TDA, D-bar).
@@ -65,9 +68,13 @@ def head_viewer(maps: Maps, tokens=None, *, layers: Sequence[int] | None = None,
             raise ValueError(f"tokens must be [batch, T] = [{batch}, {n}] like the maps, got {tuple(tokens.shape)}")
 
     # The sequences lie one after another on the axes, so each needs its own category names.
+    if task is not None and tokens is None:
+        raise ValueError("task names what the tokens mean: give the tokens too")
+    task = get_task(task) if isinstance(task, str) else task
     axes = []
     for s in seqs:
-        axis = token_axis(n, None if tokens is None else tokens[s], window=window, stride=stride, max_ticks=max_ticks)
+        axis = (task_axis(task, tokens[s], window=window, stride=stride, max_ticks=max_ticks) if task is not None else
+                token_axis(n, None if tokens is None else tokens[s], window=window, stride=stride, max_ticks=max_ticks))
         axes.append(dataclasses.replace(axis, names=[f"seq {s} · {name}" for name in axis.names]))
     panels = {(layer, head, i): Panel.of(f"L{layer} H{head}", maps[layer][s, head], axes[i], causal, signed)
               for layer in layers for head in heads for i, s in enumerate(seqs)}

@@ -119,6 +119,20 @@ def test_bad_indices_say_what_exists(choice, message):
         head_viewer(maps(), TOKENS, **choice)
 
 
+def test_a_tasks_tokens_are_its_own():
+    """The automaton's inputs are labelled 0 1 _, not read as flip-flop's w r i; counting's by its
+    operations."""
+    automaton = torch.tensor([[0, 2, 1, 2, 2, 0, 1, 2, 0, 2, 2, 1, 0, 2, 1, 2]] * BATCH)
+    fig = head_viewer(maps(), automaton, task="automaton")
+    names = heatmap_traces(fig)[0].x
+    assert [name.split(":", 1)[1].split()[0] for name in names[:4]] == ["0", "_", "1", "_"]
+    assert not any(":w" in name or ":r" in name for name in names)
+    counting = torch.tensor([[1, 6, 0, 6] * 4] * BATCH)     # a=0 a++ pass a++ ...
+    assert heatmap_traces(head_viewer(maps(), counting, task="counting"))[0].x[1].endswith("a++")
+    with pytest.raises(ValueError, match="give the tokens too"):
+        head_viewer(maps(), task="automaton")
+
+
 def test_tokens_must_match_the_maps():
     with pytest.raises(ValueError, match="tokens must be"):
         head_viewer(maps(), TOKENS[:, :-2])
