@@ -161,3 +161,17 @@ def test_the_campaign_writes_the_sweeps_result_json(tmp_path, monkeypatch):
         assert sorted(tar.getnames()) == ["sweep/runs/counting-ape-seed0/result.json",
                                           "sweep/runs/counting-ape-seed1/result.json"]
     assert plan_groups(read_plan(plan), "cpu")[0] == []   # done: a second campaign trains nothing
+
+
+def test_the_device_throughput_is_computed_from_the_committed_log(tmp_path):
+    assert campaign.throughput_markdown(tmp_path).startswith("Not measured yet")
+    (tmp_path / "runs" / "gpu").mkdir(parents=True)
+    group = {"campaign": 1.0, "group": "runs/x/a seeds 0,1", "runs": ["a0", "a1"], "batched": True, "status": "trained",
+             "steps_run": 100, "seconds": 2.0, "seeds_per_step": 2, "steps_per_s": 50.0, "run_steps_per_s": 100.0}
+    summary = {"campaign": 1.0, "wall_s": 4.0, "device": "cuda", "device_name": "NVIDIA H200", "jobs": 8,
+               "budget_s": 480}
+    (tmp_path / "runs/gpu/campaign-h200.jsonl").write_text(json.dumps(group) + "\n" + json.dumps(summary) + "\n")
+    text = campaign.throughput_markdown(tmp_path)
+    assert "NVIDIA H200, 8 groups at once" in text
+    assert "| runs/x/a seeds 0,1 | 2 | yes | trained | 100 | 2.0 | 50.0 | 100.0 |" in text
+    assert "200 run-steps in 4 s of wall time: 50.0 runs x steps per second" in text

@@ -54,7 +54,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from interp.outputs import open_append, read_json, record, staged, writable_dir
+from interp.outputs import open_append, read_bytes, read_json, record, staged, writable_dir
 
 LOG_FILE = "campaign.jsonl"
 TAR_FILE = "results.tar"
@@ -224,6 +224,11 @@ def plan_groups(entries: list[dict], device: str) -> tuple[list[Group], list[str
     return groups, skipped
 
 
+def _lines(path: Path, what: str) -> list[str]:
+    """The lines of a JSON-lines file, read by the one checked reader."""
+    return read_bytes(path, what).decode().splitlines()
+
+
 def _evaluation(name: str):
     from interp.studies.registry import EVALUATIONS
     from interp.studies.reproduce import flipflop_evaluation
@@ -317,7 +322,7 @@ def _logged_training(run_dir: Path, since: float) -> tuple[int, float]:
     log = run_dir / "log.jsonl"
     if not log.exists() or log.stat().st_mtime < since:
         return 0, 0.0
-    times = [json.loads(line)["time"] for line in log.read_text().splitlines() if '"loss"' in line]
+    times = [json.loads(line)["time"] for line in _lines(log, "training log") if '"loss"' in line]
     restarts = [i for i in range(1, len(times)) if times[i] < times[i - 1]]   # a resume restarts the clock
     times = times[restarts[-1]:] if restarts else times
     return len(times), (times[-1] if times else 0.0)
@@ -358,7 +363,7 @@ def campaign(plan: str | os.PathLike, out: str | os.PathLike, device: str = "cpu
     with open_append(log) as f:   # the campaign's own line: its wall time and device, for the throughput
         f.write(json.dumps({"campaign": started, "wall_s": wall_s, "device": device,
                             "device_name": _device_name(device), "jobs": jobs, "budget_s": budget_s}) + "\n")
-    records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in _lines(log, "campaign log") if line.strip()]
     mine = [r for r in records if r.get("campaign") == started and "group" in r]
     # every run of the plan that was not done before and is now, also those of a group stopped mid-way
     write_results_tar(out, [str(r.run_dir / "result.json") for g in groups for r in g.runs
@@ -409,7 +414,7 @@ def throughput_markdown(root: Path) -> str:
                 "`campaign.jsonl`; commit it as `runs/gpu/campaign-<card>.jsonl`).\n")
     parts = []
     for file in files:
-        records = [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+        records = [json.loads(line) for line in _lines(file, "campaign log") if line.strip()]
         for summary in (r for r in records if "wall_s" in r):
             groups = [r for r in records if r.get("campaign") == summary["campaign"] and "group" in r]
             parts.append(f"`{file.relative_to(root)}`: {summary['device_name']}, {summary['jobs']} groups at once, "
@@ -505,7 +510,7 @@ def _probe(group: Group, device: str, scratch: Path) -> tuple[float, bool]:
 def _logged_seconds_per_step(run_dir: Path) -> float:
     """The mean seconds between the steps a run's ``log.jsonl`` records (the first step, with its
     start-up, only starts the clock)."""
-    times = [json.loads(line)["time"] for line in (run_dir / "log.jsonl").read_text().splitlines() if '"loss"' in line]
+    times = [json.loads(line)["time"] for line in _lines(run_dir / "log.jsonl", "training log") if '"loss"' in line]
     return (times[-1] - times[0]) / max(1, len(times) - 1)
 
 
