@@ -13,6 +13,7 @@ from interp.evaluate import evaluate_tokens, length_batches, predict_reads, scor
 from interp.tasks import IGNORE, READ, load_split, read_mask
 from kernels import native
 from models import ModelConfig, build_model
+from models.attention.base import reference_attention
 
 
 def per_sequence_reference(model, tokens):
@@ -99,7 +100,7 @@ def test_flop_count_equals_torch_count_of_the_dense_reference(name):
     if name == "rope":  # FlopCounterMode does not count the CPU's scaled_dot_product_attention
         model.blocks[0].attn.hook_pattern.add_hook(lambda t, hook: t)
         model.blocks[1].attn.hook_pattern.add_hook(lambda t, hook: t)
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+    with torch.no_grad(), reference_attention(model), FlopCounterMode(display=False) as counter:
         model(torch.zeros(1, n_pos, dtype=torch.long), return_type="normalized")
     assert counter.get_total_flops() == forward_flops(cfg, n_pos, causal=False)
     d = cfg.d_model
