@@ -212,11 +212,11 @@ def test_a_sweep_killed_with_sigkill_leaves_no_worker_and_the_running_run_saved(
     assert workers, "the sweep has no worker"
     proc.kill()
     proc.wait()
-    gone, alive = psutil.wait_procs(workers, timeout=120)
+    _, alive = psutil.wait_procs(workers, timeout=120)
     for worker in alive:
         worker.kill()
     assert not alive, f"workers {[w.pid for w in alive]} outlived the sweep killed with SIGKILL"
-    assert (log.parent / "config.json").exists(), (sorted(p.name for p in log.parent.iterdir()), log.read_text()[-300:], [(w.pid, w.returncode) for w in gone])
+    assert (log.parent / "config.json").exists(), "the worker exited without saving its run"
     last_logged = json.loads(log.read_text().splitlines()[-1])["step"]
     saved = json.loads((log.parent / "config.json").read_text())["training"]["step"]
     assert saved == last_logged, "the worker saved the step it had reached"
