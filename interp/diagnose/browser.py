@@ -35,7 +35,9 @@ NOT_MAPS = {"q", "k", "v", "q2", "k2", "z", "result", "lambda"}
 
 
 def _rounded(x: torch.Tensor) -> list:
-    return np.round(x.double().cpu().numpy(), DECIMALS).tolist()
+    """``x`` as a list of rounded floats, None where it is not finite (a key masked to -inf)."""
+    values = np.round(x.double().cpu().numpy(), DECIMALS)
+    return [float(v) if np.isfinite(v) else None for v in values]
 
 
 @torch.no_grad()
@@ -71,10 +73,10 @@ def glitch_views(model, task, inputs_by_split: dict[str, np.ndarray], glitches: 
                  circuits=None) -> list[dict]:
     """The page's glitches: every row of ``glitches`` (columns ``split, seq, position, target,
     predicted`` and optionally ``margin``; target and predicted as the task's strings) up to
-    :data:`LISTED` per split, the first
-    :data:`PER_SPLIT` of each split with their tokens, attention rows and, from
-    ``circuits(split, rows)`` (a callable returning ``{index: {"dla": [...], "patching": [...]}}``
-    for the rows of ``glitches`` it is given, or None), their DLA and patching."""
+    :data:`LISTED` per split, the first :data:`PER_SPLIT` of each split with their tokens,
+    attention rows and, from ``circuits(split, rows)`` (a callable returning ``{index: {"dla":
+    [...], "patching": [...]}}`` for the rows of ``glitches`` it is given, or None), their DLA and
+    patching."""
     views = []
     for split, rows in glitches.groupby("split", sort=False):
         rows = rows.head(LISTED)

@@ -114,7 +114,7 @@ def heads_at(view: dict) -> list[dict]:
     browser view's glitch: ``[{layer, head, keys: "pos (token) weight, ..."}]``."""
     out = []
     for layer, head, values in view["maps"].get("pattern", []):
-        top = np.argsort(-np.asarray(values), kind="stable")[:TOP_KEYS]
+        top = np.argsort(-np.asarray(values, dtype=float), kind="stable")[:TOP_KEYS]   # NaN (None) last
         out.append({"layer": layer, "head": head, "keys": ", ".join(
             f"{view['start'] + k} ({view['tokens'][k]}) {values[k]:.3f}" for k in top)})
     return out
@@ -224,7 +224,11 @@ def report_html(checkpoint_path, model_name: str, task, metrics: dict, glitches:
                   f"<p>Right answer {esc(glitch['target'])}, predicted {esc(glitch['predicted'])}. The keys each "
                   f"head weighs most at that position (position, token, weight):</p>",
                   _table(glitch["heads"], ["layer", "head", "keys"]),
-                  f"<h2>Direct logit attribution and patching of that glitch</h2>",
+                  "<h2>Direct logit attribution and patching of that glitch</h2>",
+                  "<p>What each component writes straight into the task's margin there (the right answer's logit "
+                  "minus the best other answer's), the largest first; then the share of the margin gap to another "
+                  "sequence answered right at that position that patching the component alone, from that sequence "
+                  "into the glitch, closes (<code>restored</code>).</p>",
                   _table(glitch["dla"] or [], ["component", "attribution"]),
                   _table(glitch["patching"] or [], ["component", "restored"])]
     parts.append(f"<h2>Linear probes of {esc(metrics['probe_label'] or 'the task label')}</h2>")
