@@ -237,6 +237,7 @@ def effective_entropy(a: Float[Tensor, "*batch query_pos key_pos"], eps: float =
     ``max(p, eps)`` has there the finite gradient ``log eps`` where ``xlogy(p, p)``'s would be
     NaN, and it differs from ``p log p`` only for ``0 < p < eps``, by at most ``eps / e`` per entry.
     """
+    eps = positive_eps(eps)
     return shannon_entropy(l1_normalised(a, eps), eps)
 
 
