@@ -20,6 +20,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.tasks import Task, get_task
+from models import validate
 from models.tokens import as_token_ids
 
 
@@ -45,6 +46,11 @@ def margin(logits: Float[Tensor, "batch pos d_vocab"], scored: Scored) -> Float[
     """The task's margin at each row's scored position: the logit of ``scored.target`` minus the
     largest logit among the task's other answers (for a two-answer task such as flip-flop, the
     logit difference). Positive when the model prefers the right answer to every other answer."""
+    if not isinstance(scored, Scored):
+        raise TypeError(f"scored must be a Scored (the rows a metric measures), got {validate.shown(scored)}")
+    if not isinstance(logits, Tensor):
+        raise TypeError(f"logits must be a tensor [batch, pos, d_vocab], got {validate.shown(logits)}")
+    validate.array("logits", logits, "float", 3, finite=False)
     rows = torch.arange(len(scored.position), device=logits.device)
     at = logits[rows, scored.position.to(logits.device)]                      # [batch, d_vocab]
     answers = torch.tensor(scored.task.answers, device=logits.device)

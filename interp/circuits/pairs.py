@@ -41,20 +41,22 @@ class ReadPairs:
         return len(self.read)
 
 
-def _selected_reads(tokens: np.ndarray, reads: pd.DataFrame | None,
-                    scored: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``(seq, position)`` of the rows of ``reads``, default every position ``scored`` marks
-    (default: every flip-flop read)."""
+def _selected_reads(tokens: np.ndarray, reads: pd.DataFrame | None, scored: np.ndarray | None = None,
+                    argument: str = "reads") -> tuple[np.ndarray, np.ndarray]:
+    """``(seq, position)`` of the rows of ``reads`` (the argument ``argument``, which errors name),
+    default every position ``scored`` marks (default: every flip-flop read)."""
     if reads is None:
         return np.nonzero(read_mask(tokens) if scored is None else scored)
     if not isinstance(reads, pd.DataFrame):
-        raise TypeError(f"reads must be a DataFrame with the columns seq and position, got {type(reads).__name__}")
+        raise TypeError(f"{argument} must be a DataFrame with the columns seq and position, got "
+                        f"{type(reads).__name__}")
     missing = {"seq", "position"} - set(reads.columns)
     if missing:
-        raise ValueError(f"reads needs the columns seq and position (a read_table frame); missing {sorted(missing)}")
+        raise ValueError(f"{argument} needs the columns seq and position (a read_table frame); missing "
+                         f"{sorted(missing)}")
     seq, position = np.array(reads.seq, dtype=np.int64), np.array(reads.position, dtype=np.int64)
     if ((seq < 0) | (seq >= len(tokens)) | (position < 0) | (position >= tokens.shape[1])).any():
-        raise ValueError(f"reads: (seq, position) must lie within the tokens' shape {tuple(tokens.shape)}")
+        raise ValueError(f"{argument}: (seq, position) must lie within the tokens' shape {tuple(tokens.shape)}")
     return seq, position
 
 
@@ -89,7 +91,7 @@ def bit_flip_pairs(tokens, reads: pd.DataFrame | None = None) -> ReadPairs:
 def _pairs(clean, corrupt, read, info, unpaired, what: str) -> ReadPairs:
     if not info:
         reasons = "; ".join(f"seq {u['seq']} position {u['position']}: {u['reason']}" for u in unpaired[:3])
-        raise ValueError(f"no {what} pair for any of the {len(unpaired)} positions: {reasons}")
+        raise ValueError(f"no {what} pair for any of the {len(unpaired)} positions of tokens (and reads): {reasons}")
     return ReadPairs(torch.from_numpy(np.stack(clean)), torch.from_numpy(np.stack(corrupt)),
                      torch.tensor(read, dtype=torch.long), pd.DataFrame(info).rename_axis("pair").reset_index(),
                      pd.DataFrame(unpaired))
@@ -207,7 +209,7 @@ def glitch_pairs(model, tokens, glitches: pd.DataFrame) -> ReadPairs:
                          "its glitches with task_pairs (its counterfactual) or resample_pairs")
     ids = as_token_ids(tokens, model.cfg.d_vocab).numpy()
     found, unpaired = [], []
-    for s, p in zip(*_selected_reads(ids, glitches)):
+    for s, p in zip(*_selected_reads(ids, glitches, argument="glitches")):
         write, bit = (int(x[0]) for x in read_answers(ids, [p], rows=[s]))
         edits = _single_edits(ids[s], write, p, bit)
         if not edits:

@@ -18,6 +18,7 @@ from interp.circuits.metrics import (
 from interp.circuits.reads import reads_up_to
 from interp.tasks import Task
 from models.attention.base import COMMON_HOOKS, ROTATION_HOOKS, Attention
+from models import validate
 from models.lens import why_silent
 from models.tokens import as_token_ids
 
@@ -31,6 +32,7 @@ def mechanism_hooks(model) -> list[str]:
     ``hook_thresholded``, ``hook_mask``, ``hook_dbar``, ``hook_log_decay``, ``hook_forget``;
     FoT's ``hook_forget``, ``hook_decay_bias``; the views, scores and lambda of Diff and TDA;
     CoPE's gates and positions; REL's and ALiBi's bias (not softmax's without a bias)."""
+    validate.model("model", model)
     common = {f"attn.{name}" for name in (*COMMON_HOOKS, *ROTATION_HOOKS)}
     return [name for name in model.fired_hooks()
             if re.fullmatch(r"blocks\.\d+\.attn\.hook_\w+", name) and name.split(".", 2)[2] not in common]
@@ -50,6 +52,7 @@ def patchable_hooks(model, kinds: Iterable[str] = ("resid_pre", "z", "mechanism"
     unknown = [kind for kind in kinds if kind not in HOOK_KINDS]
     if unknown:
         raise ValueError(f"kinds: {', '.join(map(repr, unknown))} not among {', '.join(HOOK_KINDS)}")
+    validate.model("model", model)
     chosen = []
     for kind in kinds:
         if kind == "mechanism":
@@ -114,7 +117,7 @@ def prepare_pairs(model, clean_tokens, corrupt_tokens, reads, task: Task | str |
     clean = as_token_ids(clean_tokens, model.cfg.d_vocab)
     corrupt = as_token_ids(corrupt_tokens, model.cfg.d_vocab)
     if clean.shape != corrupt.shape:
-        raise ValueError(f"clean tokens {tuple(clean.shape)} and corrupt tokens {tuple(corrupt.shape)} differ in "
+        raise ValueError(f"clean_tokens {tuple(clean.shape)} and corrupt_tokens {tuple(corrupt.shape)} differ in "
                          "shape: a pair is two runs of the same length")
     if not clean.numel():
         raise ValueError("no pairs to patch")
@@ -290,6 +293,7 @@ def receiver_inputs(model, layer: int) -> list[str]:
     by hook suffix: ``q``, ``k``, ``v``, and where the mechanism has them ``forget`` (TRA,
     FoT), ``q2``, ``k2`` (TDA's second view) and REL's and ALiBi's ``pos_bias``; only hooks
     that fire on this model (``model.fired_hooks()``)."""
+    validate.model("model", model)
     if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
         raise TypeError(f"layer must be an int, got {type(layer).__name__}")
     if not 0 <= layer < model.cfg.n_layers:
@@ -336,7 +340,7 @@ def path_patching(model, clean_tokens, corrupt_tokens, senders: Sequence[tuple[i
     if not hasattr(model, "blocks"):
         raise ValueError(f"the {model.cfg.model} model has no heads to patch a path between")
     if not isinstance(through_mlps, bool):
-        raise TypeError(f"through_mlps must be True or False, got {through_mlps!r}")
+        raise TypeError(f"through_mlps must be True or False, got {validate.shown(through_mlps)}")
     runs = prepare_pairs(model, clean_tokens, corrupt_tokens, reads, task, metric)
     clean, corrupt, reads = runs.clean, runs.corrupt, runs.reads
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
