@@ -84,6 +84,8 @@ def direct_logit_attribution(model, tokens, cache=None, neurons: bool = False, *
     seq, position, target = scored_rows(task, tokens.cpu(), position)
     if cache is None:
         _, cache = model.run_with_cache(tokens, names_filter=_dla_hooks(neurons))
+    elif not hasattr(cache, "normalises_stream"):
+        raise TypeError(f"cache must be the cache of model.run_with_cache(tokens), got {type(cache).__name__}")
     value, gradient = _metric_gradient(model, task, metric, tokens, cache, seq, position, target)
     direction = gradient @ model.folded_W_U.double().T.to(gradient.device)                  # [row, d_model]
     direction = direction / cache["ln_final.hook_scale"][seq, position].double()
