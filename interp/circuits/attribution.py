@@ -12,9 +12,9 @@ from transformer_lens.utilities import Slice
 
 from interp.circuits.metrics import (
     Metric, Scored, _answer_index, _check_columns, _check_frame, check_metric, measure, resolve_task, scored_rows,
+    token_ids_of,
 )
 from interp.tasks import Task
-from models.tokens import as_token_ids
 
 # Rows of logits [row, pos, d_vocab] handed to the metric at once (each row is one scored position).
 METRIC_ROWS = 256
@@ -75,12 +75,12 @@ def direct_logit_attribution(model, tokens, cache=None, neurons: bool = False, *
     ``ValueError``.
     """
     if not isinstance(neurons, bool):
-        raise TypeError(f"neurons must be True or False, got {neurons!r}")
+        raise TypeError(f"neurons must be True or False, got a {type(neurons).__name__}")
     task = resolve_task(model, task)
     if not hasattr(model, "blocks"):
         raise ValueError(f"the {model.cfg.model} model has no residual stream to split into components")
     metric = check_metric(task, metric)
-    tokens = as_token_ids(tokens, model.cfg.d_vocab).to(model.cfg.device)
+    tokens = token_ids_of("tokens", tokens, model.cfg.d_vocab).to(model.cfg.device)
     seq, position, target = scored_rows(task, tokens.cpu(), position)
     if cache is None:
         _, cache = model.run_with_cache(tokens, names_filter=_dla_hooks(neurons))

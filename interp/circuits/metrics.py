@@ -115,7 +115,7 @@ def scored_rows(task: Task, tokens, position: int | None = None
     """``(seq, position, target)`` of every scored position of ``tokens [n, pos]`` (what the model
     reads), or only of the scored ones at ``position`` (an int; negative counts from the end)."""
     task = as_task(task)
-    ids = as_token_ids(tokens, task.d_vocab).numpy()
+    ids = token_ids_of("tokens", tokens, task.d_vocab).numpy()
     scored, targets = task.scored_answers(ids)
     if position is not None:
         if isinstance(position, bool) or not isinstance(position, (int, np.integer)):
@@ -162,6 +162,14 @@ def _check_frame(argument: str, frame, columns, made_by: str) -> pd.DataFrame:
 
 def _check_columns(argument: str, by) -> list[str]:
     """``by`` as a list of column names, or a ``TypeError`` naming ``argument``."""
-    if isinstance(by, str) or not all(isinstance(column, str) for column in by):
-        raise TypeError(f"{argument} must be a list of column names, got {by!r}")
+    if not isinstance(by, (list, tuple)) or not all(isinstance(column, str) for column in by):
+        raise TypeError(f"{argument} must be a list of column names, got a {type(by).__name__}")
     return list(by)
+
+
+def token_ids_of(argument: str, tokens, d_vocab: int) -> Tensor:
+    """``as_token_ids(tokens, d_vocab)``, its error naming ``argument``."""
+    try:
+        return as_token_ids(tokens, d_vocab)
+    except ValueError as err:
+        raise ValueError(f"{argument}: {err}") from None

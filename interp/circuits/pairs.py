@@ -12,11 +12,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp.circuits.metrics import as_task, resolve_task
+from interp.circuits.metrics import as_task, resolve_task, token_ids_of
 from interp.circuits.reads import logit_difference, read_answers, reads_up_to
 from interp.tasks import D_VOCAB, IGNORE, READ, ZERO, Task, last_write_positions, read_mask
 from interp.tasks.flipflop import flip_last_write
-from models.tokens import as_token_ids
 
 
 @dataclass
@@ -75,7 +74,7 @@ def bit_flip_pairs(tokens, reads: pd.DataFrame | None = None) -> ReadPairs:
     ``tokens``: ``[n, pos]`` ids; ``reads``: rows with ``seq`` and ``position`` (e.g. the
     correct rows of ``read_table``); default every read. ``info`` adds ``write_pos``.
     """
-    ids = as_token_ids(tokens, D_VOCAB).numpy()
+    ids = token_ids_of("tokens", tokens, D_VOCAB).numpy()
     seq, position = _selected_reads(ids, reads)
     write = last_write_positions(ids)[seq, position]
     pairs = np.flatnonzero(write >= 0)
@@ -111,7 +110,7 @@ def corrupt_pairs(task: Task | str, tokens, reads: pd.DataFrame | None = None) -
     if not task.declares_corrupt:
         raise ValueError(f"task: the {task.name!r} task declares no counterfactual (Task.corrupt); pair its "
                          "sequences with resample_pairs, or give it a corrupt(inputs, position) method")
-    ids = as_token_ids(tokens, task.d_vocab).numpy()
+    ids = token_ids_of("tokens", tokens, task.d_vocab).numpy()
     scored, targets = task.scored_answers(ids)
     clean, corrupt, read, info, unpaired = [], [], [], [], []
     for s, p in zip(*_selected_reads(ids, reads, scored)):
@@ -144,7 +143,7 @@ def resample_pairs(task: Task | str, tokens, reads: pd.DataFrame | None = None, 
     task = as_task(task)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    ids = as_token_ids(tokens, task.d_vocab).numpy()
+    ids = token_ids_of("tokens", tokens, task.d_vocab).numpy()
     scored, targets = task.scored_answers(ids)
     rng = np.random.default_rng(seed)
     clean, corrupt, read, info, unpaired = [], [], [], [], []
@@ -207,7 +206,7 @@ def glitch_pairs(model, tokens, glitches: pd.DataFrame) -> ReadPairs:
     if task.name != "flipflop":
         raise ValueError(f"glitch_pairs edits flip-flop instructions; this model is of the {task.name!r} task: pair "
                          "its glitches with task_pairs (its counterfactual) or resample_pairs")
-    ids = as_token_ids(tokens, model.cfg.d_vocab).numpy()
+    ids = token_ids_of("tokens", tokens, model.cfg.d_vocab).numpy()
     found, unpaired = [], []
     for s, p in zip(*_selected_reads(ids, glitches, argument="glitches")):
         write, bit = (int(x[0]) for x in read_answers(ids, [p], rows=[s]))

@@ -13,14 +13,13 @@ import pandas as pd
 import torch
 
 from interp.circuits.metrics import (
-    Metric, Scored, _check_columns, _check_frame, check_metric, measure, resolve_task, _targets_at,
+    Metric, Scored, _check_columns, _check_frame, _targets_at, check_metric, measure, resolve_task, token_ids_of,
 )
 from interp.circuits.reads import reads_up_to
 from interp.tasks import Task
 from models.attention.base import COMMON_HOOKS, ROTATION_HOOKS, Attention
 from models import validate
 from models.lens import why_silent
-from models.tokens import as_token_ids
 
 # --- activation patching ------------------------------------------------------------------
 
@@ -47,8 +46,8 @@ def patchable_hooks(model, kinds: Iterable[str] = ("resid_pre", "z", "mechanism"
     plus the last block's ``hook_resid_post``), ``resid_post``, ``attn_out``, ``mlp_out``, ``z``
     (the heads' outputs before ``W_O``), ``pattern``, and ``mechanism`` (:func:`mechanism_hooks`);
     only hooks that a forward pass of this model fires (``model.fired_hooks()``)."""
-    if isinstance(kinds, str) or not all(isinstance(kind, str) for kind in kinds):
-        raise TypeError(f"kinds must be a list of hook kinds, e.g. ['resid_pre', 'z'], got {kinds!r}")
+    if not isinstance(kinds, (list, tuple)) or not all(isinstance(kind, str) for kind in kinds):
+        raise TypeError(f"kinds must be a list of hook kinds, e.g. ['resid_pre', 'z'], got a {type(kinds).__name__}")
     unknown = [kind for kind in kinds if kind not in HOOK_KINDS]
     if unknown:
         raise ValueError(f"kinds: {', '.join(map(repr, unknown))} not among {', '.join(HOOK_KINDS)}")
@@ -73,8 +72,11 @@ def hook_axes(name: str, shape: Sequence[int], n_pos: int, n_heads: int) -> tupl
     shape: ``[batch, head, query_pos, key_pos]`` maps (the position is the query's), ``[batch,
     pos, head, d]`` per-head vectors, ``[batch, head, pos]`` gates, ``[batch, head]``
     scalars, ``[batch, pos, d]`` streams. A shape two of these fit is refused."""
-    if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in (*shape, n_pos, n_heads)):
-        raise TypeError(f"{name}: shape, n_pos and n_heads must be ints, got {tuple(shape)}, {n_pos!r}, {n_heads!r}")
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a hook name, got a {type(name).__name__}")
+    if not isinstance(shape, (tuple, list, torch.Size)) or not all(
+            isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in (*shape, n_pos, n_heads)):
+        raise TypeError(f"{name}: shape must be a tuple of ints, n_pos and n_heads ints")
     layouts = [
         ((1, 2), len(shape) == 4 and tuple(shape[1:]) == (n_heads, n_pos, n_pos)),
         ((2, 1), len(shape) == 4 and tuple(shape[1:3]) == (n_pos, n_heads)),
@@ -114,15 +116,23 @@ def prepare_pairs(model, clean_tokens, corrupt_tokens, reads, task: Task | str |
     both runs) and make it ready to run: :class:`PairRuns`."""
     task = resolve_task(model, task)
     metric = check_metric(task, metric)
-    clean = as_token_ids(clean_tokens, model.cfg.d_vocab)
-    corrupt = as_token_ids(corrupt_tokens, model.cfg.d_vocab)
+    clean = token_ids_of("clean_tokens", clean_tokens, model.cfg.d_vocab)
+    corrupt = token_ids_of("corrupt_tokens", corrupt_tokens, model.cfg.d_vocab)
     if clean.shape != corrupt.shape:
         raise ValueError(f"clean_tokens {tuple(clean.shape)} and corrupt_tokens {tuple(corrupt.shape)} differ in "
                          "shape: a pair is two runs of the same length")
     if not clean.numel():
         raise ValueError("no pairs to patch")
-    reads = torch.full((len(clean),), clean.shape[1] - 1) if reads is None else torch.as_tensor(reads)
-    if reads.is_floating_point() or reads.dtype == torch.bool:
+    if reads is None:
+        reads = torch.full((len(clean),), clean.shape[1] - 1)
+    elif isinstance(reads, (torch.Tensor, np.ndarray, list, tuple)):
+        try:
+            reads = torch.as_tensor(reads)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(f"reads must be integer positions, one per pair ({err})") from None
+    else:
+        raise TypeError(f"reads must be a tensor, array or list of positions, got {type(reads).__name__}")
+    if reads.is_floating_point() or reads.is_complex() or reads.dtype == torch.bool:
         raise TypeError(f"reads must be integer positions, got {reads.dtype}")
     reads = reads.long().cpu()
     if reads.shape != (len(clean),):
@@ -137,6 +147,9 @@ def prepare_pairs(model, clean_tokens, corrupt_tokens, reads, task: Task | str |
 
 
 def _check_hooks(model, hook_names: Sequence[str]) -> list[str]:
+    if not isinstance(hook_names, (list, tuple)) or not all(isinstance(name, str) for name in hook_names):
+        raise TypeError(f"hook_names must be a list of hook names, e.g. patchable_hooks(model), got "
+                        f"{type(hook_names).__name__}")
     names = list(hook_names)
     if not names:
         raise ValueError("no hooks to patch: name some, e.g. interp.circuits.patchable_hooks(model)")
@@ -197,8 +210,9 @@ def activation_patching(model, clean_tokens, corrupt_tokens, hook_names: Sequenc
     pair has no evidence position), ``pair``, ``read``, ``clean``, ``corrupt``, ``patched`` (the
     metric of each run) and ``restored``.
     """
-    if anchor not in ("read", "write"):
-        raise ValueError(f"anchor must be 'read' or 'write', got {anchor!r}")
+    if not isinstance(anchor, str) or anchor not in ("read", "write"):
+        shown = repr(anchor) if isinstance(anchor, str) else f"a {type(anchor).__name__}"
+        raise ValueError(f"anchor must be 'read' or 'write', got {shown}")
     runs = prepare_pairs(model, clean_tokens, corrupt_tokens, reads, task, metric)
     clean, corrupt, reads = runs.clean, runs.corrupt, runs.reads
     names = _check_hooks(model, hook_names)
@@ -280,6 +294,11 @@ def patching_summary(frame: pd.DataFrame, by: Sequence[str] = ("hook", "layer", 
 
 def component_label(hook: str, layer: int, head: int) -> str:
     """``blocks.1.attn.hook_z``, head 0 -> ``L1H0 z``; ``blocks.0.hook_resid_pre`` -> ``L0 resid_pre``."""
+    if not isinstance(hook, str):
+        raise TypeError(f"hook must be a hook name, got a {type(hook).__name__}")
+    for argument, value in (("layer", layer), ("head", head)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{argument} must be an int (-1: none), got a {type(value).__name__}")
     short = hook.rsplit("hook_", 1)[-1]
     where = f"L{layer}H{head}" if head >= 0 else f"L{layer}" if layer >= 0 else ""
     return f"{where} {short}".strip()
