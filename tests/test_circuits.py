@@ -217,7 +217,7 @@ def test_bad_input_is_refused_in_words():
     with pytest.raises(KeyError, match=r"after model.set_use_attn_result\(True\)"):
         cache["result", 0]
     assert "names_filter" not in rope.run_with_cache(clean)[1].why_missing("blocks.0.attn.hook_result")
-    with pytest.raises(ValueError, match=r"clean tokens \(9, 15\) and corrupt tokens \(9, 13\) differ in shape"):
+    with pytest.raises(ValueError, match=r"clean_tokens \(9, 15\) and corrupt_tokens \(9, 13\) differ in shape"):
         circuits.activation_patching(model, clean, corrupt[:, :13], ["blocks.0.hook_resid_pre"], reads=reads)
     with pytest.raises(ValueError, match="reads: position 3 of the clean run's row 0 is not a position the "
                                          "'flipflop' task scores"):
