@@ -22,6 +22,15 @@ from __future__ import annotations
 import os
 import sys
 
+# The environment variables this module reads, {name: (default, meaning)} (docs/reference/environment.md).
+ENVIRONMENT_VARIABLES = {
+    "OMP_NUM_THREADS": ("(unset)", "torch threads of a glitchlens command when --threads is not given; unset: the "
+                                   "cores the load average leaves idle, at least 1 (a command sets it for the "
+                                   "processes it starts)"),
+    "OMP_WAIT_POLICY": ("PASSIVE", "how OpenMP threads wait at a barrier: a glitchlens command sets PASSIVE "
+                                   "(asleep) unless it is set, so that on a busy machine a waiting thread does not "
+                                   "take the core a descheduled partner needs")}
+
 
 def usable_cpus() -> int:
     """The CPUs this process may run on (its affinity mask, e.g. a container's share)."""
