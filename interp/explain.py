@@ -55,7 +55,7 @@ from tqdm.auto import tqdm
 from interp import circuits, plots
 from interp.diagnose.summary import plain
 from interp.evaluate import BATCH_SIZE, evaluate_reads, predict_reads
-from interp.tasks import load_split
+from interp.tasks import SPLITS, load_split
 
 NAMED = 0.5                  # restored fraction that names a component
 WHERE_OFFSETS = range(0, 9)  # positions from the last write at which the stream is patched
@@ -380,6 +380,8 @@ def explain(checkpoint_path, out_dir, split: str | None = None, n: int = 100, pa
     if task != "flipflop":
         return explain_task(checkpoint_path, out_dir, task, split, n, pairs, batch_size, device, overwrite)
     split = split or "dense"
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r}: flip-flop's canonical splits are {', '.join(SPLITS)}")
     check_free(writable_dir(out_dir), ("report.md", "explain.json", "glitches.csv"), overwrite)  # before the passes
 
     model = require_finite(load(checkpoint_path, device=device), checkpoint_path, "attribution")

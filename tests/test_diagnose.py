@@ -334,6 +334,10 @@ def test_a_tool_never_reads_another_tasks_data(parity_checkpoint, tmp_path, caps
     assert not (tmp_path / "d").exists() and not (tmp_path / "e").exists()
     assert main(["explain", str(parity_checkpoint), "--task", "flipflop", "--out", str(tmp_path / "e")]) == 2
     assert "trained on the parity task, not flipflop" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="task 'parity' has no split 'dense'; choose one of iid, long"):
+        explain(parity_checkpoint, tmp_path / "e", split="dense")
+    assert main(["explain", "tra-mech", "--split", "bogus", "--out", str(tmp_path / "e")]) == 2
+    assert "split 'bogus': flip-flop's canonical splits are iid, sparse, dense" in capsys.readouterr().err
     # Left to itself, explain analyses the parity task's own split, never flip-flop's dense one.
     result = explain(parity_checkpoint, tmp_path / "e", n=8)
     assert (result.summary["task"], result.summary["split"], result.summary["reads"]) == ("parity", "long", 8)
