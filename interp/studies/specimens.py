@@ -133,8 +133,9 @@ AUTOMATON_1L = Specimen("rope", "mech", {"task": "automaton", "p_bottom": 0.5, "
 class Entry:
     description: str
     specimen: Specimen
-    # Trained at the papers' scale on a GPU (``make gpu-specimen``) and evaluated there on the
-    # full splits; a checkout may not have built it yet.
+    # Built on a GPU (``make gpu-specimen``, or a campaign's ``specimens`` entry) and evaluated there
+    # on the full splits, because its training is hours of a CPU core: the papers' scale, or a long
+    # threshold schedule; a checkout may not have built it yet.
     gpu: bool = False
 
 
@@ -163,7 +164,8 @@ ENTRIES: dict[str, Entry] = {
     # Theorem 4.4's premise is beta >= 1 (trela-mech learned 0.13): tda-beta1's schedule and seed for trela.
     "trela-beta1": Entry("trela (single-view threshold rectified attention), 2 layers x 4 heads, d_model 64, trained "
                          "at T = 512 with its threshold at the TDA paper's beta = 1 (held at 0, ramped to 1 and held "
-                         "there, as tda-beta1)", tda_threshold_sweep_run(0, 4500, "trela")),
+                         "there, as tda-beta1; about 3.5 hours of one CPU core, so built on a GPU)",
+                         tda_threshold_sweep_run(0, 4500, "trela"), gpu=True),
     "automaton-1l": Entry("softmax attention with RoPE, 1 layer x 1 head, d_model 128, trained at T = 128 on the "
                           "flip-flop automaton simulation task (flip-flop paper Def. 1, p(bottom) = 0.5)",
                           AUTOMATON_1L),
