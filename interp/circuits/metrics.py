@@ -47,6 +47,11 @@ def margin(logits: Float[Tensor, "batch pos d_vocab"], scored: Scored) -> Float[
     largest logit among the task's other answers (for a two-answer task such as flip-flop, the
     logit difference). Positive when the model prefers the right answer to every other answer."""
     if not isinstance(scored, Scored):
+        raise TypeError(f"scored must be a circuits.Scored, got a {type(scored).__name__}")
+    if not isinstance(logits, Tensor) or logits.ndim != 3 or logits.shape[0] != len(scored.position):
+        raise ValueError(f"logits must be a [batch, pos, d_vocab] tensor with one row per scored row "
+                         f"({len(scored.position)})")
+    if not isinstance(scored, Scored):
         raise TypeError(f"scored must be a Scored (the rows a metric measures), got {validate.shown(scored)}")
     if not isinstance(logits, Tensor):
         raise TypeError(f"logits must be a tensor [batch, pos, d_vocab], got {validate.shown(logits)}")
@@ -63,9 +68,7 @@ def resolve_task(model, task: Task | str | None = None) -> Task:
     """The task to analyse ``model`` on: ``task`` (a :class:`Task` or a registered name), else the
     task its checkpoint was trained on (``model.trained_task``), else flip-flop. A model whose
     vocabulary is not the task's is refused: its tokens would mean something else."""
-    if not hasattr(getattr(model, "cfg", None), "d_vocab"):
-        raise TypeError(f"model must be a GlitchLens model (models.build_model, models.load), got "
-                        f"{type(model).__name__}")
+    check_model(model)
     task = as_task(getattr(model, "trained_task", None) or "flipflop" if task is None else task)
     trained = getattr(model, "trained_task", None)
     if trained is not None and trained != task.name:
@@ -76,6 +79,13 @@ def resolve_task(model, task: Task | str | None = None) -> Task:
         raise ValueError(f"task: the {task.name!r} task has {task.d_vocab} tokens but this model reads "
                          f"{model.cfg.d_vocab}; give the task it was trained on (task=...)")
     return task
+
+
+def check_model(model) -> None:
+    """A ``TypeError`` unless ``model`` is a GlitchLens model (a config and its hooks)."""
+    if not hasattr(getattr(model, "cfg", None), "d_vocab") or not hasattr(model, "fired_hooks"):
+        raise TypeError(f"model must be a GlitchLens model (models.build_model, models.load), got "
+                        f"{type(model).__name__}")
 
 
 def as_task(task: Task | str) -> Task:

@@ -13,7 +13,8 @@ import pandas as pd
 import torch
 
 from interp.circuits.metrics import (
-    Metric, Scored, _check_columns, _check_frame, _targets_at, check_metric, measure, resolve_task, token_ids_of,
+    Metric, Scored, _check_columns, _check_frame, _targets_at, check_metric, check_model, measure, resolve_task,
+    token_ids_of,
 )
 from interp.circuits.reads import reads_up_to
 from interp.tasks import Task
@@ -31,6 +32,7 @@ def mechanism_hooks(model) -> list[str]:
     ``hook_thresholded``, ``hook_mask``, ``hook_dbar``, ``hook_log_decay``, ``hook_forget``;
     FoT's ``hook_forget``, ``hook_decay_bias``; the views, scores and lambda of Diff and TDA;
     CoPE's gates and positions; REL's and ALiBi's bias (not softmax's without a bias)."""
+    check_model(model)
     validate.model("model", model)
     common = {f"attn.{name}" for name in (*COMMON_HOOKS, *ROTATION_HOOKS)}
     return [name for name in model.fired_hooks()
@@ -46,6 +48,7 @@ def patchable_hooks(model, kinds: Iterable[str] = ("resid_pre", "z", "mechanism"
     plus the last block's ``hook_resid_post``), ``resid_post``, ``attn_out``, ``mlp_out``, ``z``
     (the heads' outputs before ``W_O``), ``pattern``, and ``mechanism`` (:func:`mechanism_hooks`);
     only hooks that a forward pass of this model fires (``model.fired_hooks()``)."""
+    check_model(model)
     if not isinstance(kinds, (list, tuple)) or not all(isinstance(kind, str) for kind in kinds):
         raise TypeError(f"kinds must be a list of hook kinds, e.g. ['resid_pre', 'z'], got a {type(kinds).__name__}")
     unknown = [kind for kind in kinds if kind not in HOOK_KINDS]
@@ -312,6 +315,7 @@ def receiver_inputs(model, layer: int) -> list[str]:
     by hook suffix: ``q``, ``k``, ``v``, and where the mechanism has them ``forget`` (TRA,
     FoT), ``q2``, ``k2`` (TDA's second view) and REL's and ALiBi's ``pos_bias``; only hooks
     that fire on this model (``model.fired_hooks()``)."""
+    check_model(model)
     validate.model("model", model)
     if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
         raise TypeError(f"layer must be an int, got {type(layer).__name__}")
