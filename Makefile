@@ -69,12 +69,12 @@ gpu-table1: setup
 	    exit 0; fi; exit $$status
 
 # The check of the Triton kernels on one GPU, under 10 minutes: the kernel tests on the device, then
-# `glitchlens bench kernels` at T = 4096-32768 beside SDPA into runs/gpu/bench-kernels-<card>.csv (kernels/gpu_check.py).
+# `glitchlens bench kernels` at T = 4096-32768 beside SDPA into runs/gpu/bench-kernels-<card>.csv (kernels/tooling/gpu_check.py).
 # It runs the machine's own python3, PyTorch and Triton (no setup: docs/how-to/run-on-a-gpu.md "On a GPU").
 GPU_PYTHON ?= python3
 .PHONY: gpu-kernels
 gpu-kernels:
-	$(GPU_PYTHON) -m kernels.gpu_check
+	$(GPU_PYTHON) -m kernels.tooling.gpu_check
 
 # A campaign on one GPU (docs/how-to/run-on-a-gpu.md "A campaign"): the runs of CAMPAIGN_PLAN not done yet, in
 # its order, the seeds of a configuration batched into one model, CAMPAIGN_JOBS configurations at once, ended

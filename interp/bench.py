@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from kernels import native
+from kernels.tooling import native
 
 
 def _best_time(fn, repeats: int) -> float:
@@ -58,7 +58,7 @@ def bench_data(repeats: int = 3) -> list[dict]:
 
 def bench_models(repeats: int = 3, preset: str = "mini", seq_len: int = 512, batch_size: int = 8) -> list[dict]:
     """Training-step time (forward + backward + AdamW) of every mechanism, relative to softmax + RoPE,
-    each with its default ``attention_impl`` (on the CPU: ``kernels.rows``) and glibc keeping
+    each with its default ``attention_impl`` (on the CPU: ``kernels.tooling.rows``) and glibc keeping
     freed blocks (:func:`interp.training.setup.reuse_freed_memory`), as ``glitchlens train`` runs them:
     the best of ``repeats`` rounds, each round timing every model once."""
     from interp.training.setup import TrainConfig, make_optimizer, reuse_freed_memory
@@ -131,7 +131,7 @@ def _attention_layer(name: str, n_heads: int, d_head: int, device: str):
 
 def kernel_references() -> dict:
     """The mechanisms' PyTorch ``reference`` methods called with a kernel's arguments, for
-    :func:`kernels.bench.bench_kernel`: the per-position and per-head tensors are passed on;
+    :func:`kernels.tooling.bench.bench_kernel`: the per-position and per-head tensors are passed on;
     scalars (beta, lambda, kappa, p) are the layer's own (beta 1, lambda 0.5, as the benchmark
     passes), so the outputs equal the kernels'."""
 
@@ -142,7 +142,7 @@ def kernel_references() -> dict:
             return layer.reference(*(x for x in inputs if isinstance(x, torch.Tensor) and x.dim() >= 3))
         return call
 
-    from kernels.bench import KERNELS
+    from kernels.tooling.bench import KERNELS
 
     return {name: reference(name) for name in KERNELS}
 
@@ -151,8 +151,8 @@ def bench_kernels(out: str | Path | None = None, budget_s: float = float("inf"),
                   seq_lens: tuple[int, ...] | None = None, measure: Callable | None = None,
                   **options) -> tuple[list[dict], bool]:
     """``measure(name, T, **options)`` for every kernel at every T (default
-    ``kernels.bench.SEQ_LENS``): by default :func:`kernels.bench.bench_kernel` next to the
-    references, or e.g. :func:`kernels.bench.bench_tile_configs` with its configurations; each
+    ``kernels.tooling.bench.SEQ_LENS``): by default :func:`kernels.tooling.bench.bench_kernel` next to the
+    references, or e.g. :func:`kernels.tooling.bench.bench_tile_configs` with its configurations; each
     pair's progress, with what is left, goes to standard error. With ``out``, a CSV file: the
     (kernel, T) pairs it holds are not run again, each new pair's rows are appended as soon as
     they are measured, and no new pair starts once ``budget_s`` seconds have passed (each call
@@ -161,7 +161,7 @@ def bench_kernels(out: str | Path | None = None, budget_s: float = float("inf"),
     the new ones) and whether every pair is done."""
     import pandas as pd
 
-    from kernels.bench import KERNELS, SEQ_LENS, bench_kernel
+    from kernels.tooling.bench import KERNELS, SEQ_LENS, bench_kernel
 
     done = _bench_rows(out) if out and os.path.lexists(out) else []
     rows, start = list(done), time.perf_counter()
@@ -183,7 +183,7 @@ def bench_kernels(out: str | Path | None = None, budget_s: float = float("inf"),
 
 
 def _inputs_of(name: str, options: dict) -> str:
-    """The ``inputs`` a :func:`kernels.bench.bench_kernel` row of ``name`` gets under ``options``."""
+    """The ``inputs`` a :func:`kernels.tooling.bench.bench_kernel` row of ``name`` gets under ``options``."""
     trained = options.get("trained") or {}
     return trained[name][0] if name in trained else "random"
 
@@ -198,8 +198,8 @@ def trained_kernel_inputs(n: int = 4, seq_len: int = 512, device: str = "cpu",
                           kernels: tuple[str, ...] = tuple(SPARSITY_SOURCES)) -> dict[str, tuple[str, tuple, dict]]:
     """``{kernel: (source, args, kwargs)}``: the arguments each kernel gets from its
     :data:`SPARSITY_SOURCES` checkpoint's last layer on ``n`` sequences of its own task (T =
-    ``seq_len``) for each of ``kernels``, in :func:`kernels.bench.random_inputs`' order, for
-    :func:`kernels.bench.bench_kernel`'s ``trained``; trela takes TDA's first view (q1, k1, v,
+    ``seq_len``) for each of ``kernels``, in :func:`kernels.tooling.bench.random_inputs`' order, for
+    :func:`kernels.tooling.bench.bench_kernel`'s ``trained``; trela takes TDA's first view (q1, k1, v,
     beta). The specimen's heads and head dim are kept (its scores are what it learned)."""
     from interp.tasks import get_task
     from models import load_pretrained
@@ -238,12 +238,12 @@ def _bench_rows(out: str | Path) -> list[dict]:
 
 def compile_kernels(out: str | None, targets: str, dtype: str | None, d_head: int | None,
                     defaults_only: bool = False) -> int:
-    """``glitchlens bench kernels --compile-only``: :func:`kernels.aot.compile_matrix` for the
+    """``glitchlens bench kernels --compile-only``: :func:`kernels.tooling.aot.compile_matrix` for the
     comma-separated ``targets``, restricted to ``dtype`` and ``d_head`` when given; prints the
     table failures first and a summary. Exit status 1 when a configuration the dispatcher picks
     fails, spills or does not fit (the other candidates are not picked at that dtype and head dim)."""
-    from kernels.aot import DTYPES, compile_matrix, failures_first, problems
-    from kernels.tiles import HEAD_DIMS
+    from kernels.tooling.aot import DTYPES, compile_matrix, failures_first, problems
+    from kernels.tooling.tiles import HEAD_DIMS
 
     if not out:
         raise ValueError("bench kernels --compile-only needs --out DIR, the folder for compile.csv and the binaries")
@@ -274,7 +274,7 @@ def bench_tiles(checkpoint: str, n: int = 8, seq_len: int = 512) -> list[dict]:
     checkpoint on ``n`` iid sequences: the work a tile-skipping kernel could save."""
     from interp.metrics import capture_maps
     from interp.tasks import load_split
-    from kernels.bench import zero_tile_fraction
+    from kernels.tooling.bench import zero_tile_fraction
     from models import load
 
     _, maps = capture_maps(load(checkpoint), load_split("iid", n)[:, :seq_len], ["pattern"])
@@ -323,13 +323,13 @@ def captured_kernel_calls(model, tokens: np.ndarray, kernels: dict = SKIPPING_KE
 def bench_skip_gain(checkpoint: str, n: int = 64, seq_len: int = 512, repeats: int = 10) -> list[dict]:
     """Per layer of a trained TRA, trela or TDA checkpoint: its Triton kernel's forward time on
     the inputs it gets from ``n`` iid sequences (T = ``seq_len``), with and without
-    ``skip_zero_tiles`` (``kernels.bench.bench_zero_tile_skipping``, which also checks that the
+    ``skip_zero_tiles`` (``kernels.tooling.bench.bench_zero_tile_skipping``, which also checks that the
     outputs are equal), on the GPU, or on the CPU under ``TRITON_INTERPRET=1``. The model's own
     dtype (float32 for the shipped specimens) and the dispatcher's tiles. Progress, with what is
     left, goes to standard error."""
     from interp.tasks import load_split
-    from kernels.bench import bench_zero_tile_skipping
-    from kernels.common import interpreting
+    from kernels.tooling.bench import bench_zero_tile_skipping
+    from kernels.tooling.common import interpreting
     from models import load
 
     if not torch.cuda.is_available() and not interpreting():
@@ -471,7 +471,7 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
     the cores' share drifts), are its roofline; one at the model's MLP shape ``[32768, d_model] x
     [d_model, d_mlp]`` and PyTorch's fused causal attention at its head shape
     (:func:`attention_rate`) are printed once each. ``torch_path_s``: the same evaluation with
-    the native kernels switched off (:mod:`kernels.native`; they serve softmax without a bias,
+    the native kernels switched off (:mod:`kernels.tooling.native`; they serve softmax without a bias,
     Diff, CoPE, trela and TDA, so for TRA and FoT the two columns differ by the noise alone). With ``baseline`` also
     the loop it replaced (:func:`legacy_predict_reads`), whose predictions must be the same."""
     import models
@@ -585,9 +585,9 @@ def run(what: str, args) -> int:
     elif what in ("models", "train"):
         _print_rows(bench_models(args.repeats),
                     f"training step, mini preset, T=512, batch 8, CPU, {torch.get_num_threads()} threads "
-                    "(attention_impl auto: kernels.rows)")
+                    "(attention_impl auto: kernels.tooling.rows)")
     elif what == "kernels" and args.cost_model:
-        from kernels.cost import HARDWARE, HEADS, TOKENS, cost_table
+        from kernels.tooling.cost import HARDWARE, HEADS, TOKENS, cost_table
 
         rows = cost_table(d_head=args.d_head or 64, seq_lens=args.seq_lens or None)
         _print_rows(rows, f"PREDICTED (not measured): causal fwd+bwd of {TOKENS} tokens a batch, {HEADS} heads of "
@@ -597,7 +597,7 @@ def run(what: str, args) -> int:
     elif what == "kernels" and args.compile_only:
         return compile_kernels(args.out, args.targets, args.dtype, args.d_head, args.defaults_only)
     elif what == "kernels":
-        from kernels.bench import best_tiles, bench_tile_configs, kernel_goals
+        from kernels.tooling.bench import best_tiles, bench_tile_configs, kernel_goals
 
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         where = torch.cuda.get_device_name() if device.type == "cuda" else "the CPU under Triton's interpreter"

@@ -116,7 +116,7 @@ def length_batches(lengths: np.ndarray, max_tokens: int) -> list[np.ndarray]:
 
 def _fast_impl(model: torch.nn.Module, device: torch.device) -> str | None:
     """The attention implementation evaluation runs: the model's own, except that a model
-    configured for the PyTorch reference runs ``auto`` on the CPU (``kernels.rows``, which
+    configured for the PyTorch reference runs ``auto`` on the CPU (``kernels.tooling.rows``, which
     computes the same up to float rounding without the full ``[query, key]`` matrices)."""
     impl = getattr(model.cfg, "attention_impl", None)
     return "auto" if impl == "reference" and device.type == "cpu" else impl

@@ -20,8 +20,8 @@ from torch import nn
 from transformer_lens import FactoredMatrix, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from kernels.common import upcast
-from kernels.rows import at_rows
+from kernels.tooling.common import upcast
+from kernels.tooling.rows import at_rows
 from models.attention import get_attention_class
 from models.config import ModelConfig
 from models.lens import Component, HookedModelMixin, check_positions, check_return_type, tl_component

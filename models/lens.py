@@ -34,8 +34,8 @@ from transformer_lens import ActivationCache
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.utilities import Slice, get_act_name, lm_cross_entropy_loss, sample_logits
 
-from kernels.common import upcast
-from kernels.rows import at_rows
+from kernels.tooling.common import upcast
+from kernels.tooling.rows import at_rows
 from models import validate
 from models.tokens import FLIPFLOP_VOCAB, as_token_ids, detokenize, task_vocab, tokenize
 

@@ -99,11 +99,11 @@ def single_head():
 
 @pytest.fixture(params=[5, 16])
 def small_blocks(request, monkeypatch):
-    """``kernels.rows``' blocks much smaller than the sequences, so that a test crosses block
+    """``kernels.tooling.rows``' blocks much smaller than the sequences, so that a test crosses block
     boundaries."""
-    import kernels.rows
+    import kernels.tooling.rows
 
-    monkeypatch.setattr(kernels.rows, "ROWS", request.param)
+    monkeypatch.setattr(kernels.tooling.rows, "ROWS", request.param)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ def exact_bf16_dot():
     bits (triton-lang/triton#11584; compiled kernels are unaffected). Widen bf16 operands
     to float32 first, exactly (a bf16 is the top half of a float32), as the proposed fix
     (#11585) does, so that the bf16 tests check the kernels rather than that bug."""
-    from kernels.common import interpreting
+    from kernels.tooling.common import interpreting
 
     if not interpreting() or importlib.util.find_spec("triton") is None:
         yield  # compiled kernels, or none

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from kernels.common import MASK_FILL, apply_pattern, causal_mask, scaled_products
+from kernels.tooling.common import MASK_FILL, apply_pattern, causal_mask, scaled_products
 from models.attention import Attention
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kernels.rows
+import kernels.tooling.rows
 from kernels.threshold.rows import ThresholdRowsFunction
 from models import ModelConfig, build_model
 from models.attention import REGISTRY
@@ -83,7 +83,7 @@ def test_softmax_reference_never_runs_sdpa(device, monkeypatch, model_pair, toke
 def test_impl_choices(monkeypatch):
     cfg = ModelConfig.from_preset("tra", "tiny", n_ctx=32)
     attn = build_model(cfg).blocks[0].attn
-    assert attn.implementation(torch.device("cpu")) == "rows", "auto runs kernels.rows on the CPU"
+    assert attn.implementation(torch.device("cpu")) == "rows", "auto runs kernels.tooling.rows on the CPU"
     assert attn.implementation(torch.device("cuda")) == "triton", "auto runs the Triton kernels on CUDA"
     for impl, expected in [("reference", "reference"), ("rows", "rows")]:
         impl_cfg = ModelConfig.from_dict({**cfg.to_dict(), "attention_impl": impl})
@@ -109,7 +109,7 @@ def test_benchmark_references_compute_what_the_kernels_compute(device):
     """``glitchlens bench kernels`` times the references with the kernels' arguments."""
     pytest.importorskip("triton", reason="triton is not installed")
     from interp.bench import kernel_references
-    from kernels.bench import KERNELS, random_inputs
+    from kernels.tooling.bench import KERNELS, random_inputs
 
     assert set(KERNELS) == set(KERNEL_MODELS), "the benchmark covers every mechanism with a Triton kernel"
     references = kernel_references()
@@ -133,9 +133,9 @@ def test_rows_under_bf16_autocast_stays_finite(name, model_pair, tokens):
 def test_inference_forward_equals_reference_and_keeps_nothing(name, monkeypatch, model_pair, tokens):
     """Without gradients the rows path runs its forward alone (blocks over a few
     sequence-heads, TRA's logits up to a row constant): the same output as the reference."""
-    monkeypatch.setattr(kernels.rows, "INFERENCE_ROWS", 5)
-    monkeypatch.setattr(kernels.rows, "INFERENCE_BLOCK", 5 * 37 * 3)  # 3 of the 6 sequence-heads per block
-    monkeypatch.setattr(kernels.rows.SoftmaxRowsFunction, "apply", None)  # never the autograd path
+    monkeypatch.setattr(kernels.tooling.rows, "INFERENCE_ROWS", 5)
+    monkeypatch.setattr(kernels.tooling.rows, "INFERENCE_BLOCK", 5 * 37 * 3)  # 3 of the 6 sequence-heads per block
+    monkeypatch.setattr(kernels.tooling.rows.SoftmaxRowsFunction, "apply", None)  # never the autograd path
     monkeypatch.setattr(ThresholdRowsFunction, "apply", None)
     reference, rows = model_pair(name, "rows")
     x = tokens(3, 37, seed=6)
@@ -157,14 +157,14 @@ def test_normalized_at_equals_the_full_forward_there(name, monkeypatch, model_pa
     """The last block at chosen queries only (the evaluation's reads) gives the full
     forward's final states there, with the rows' blocks over a few sequence-heads. A
     transformer never runs its last attention layer's full forward for it."""
-    monkeypatch.setattr(kernels.rows, "INFERENCE_BLOCK", 7 * 70 * 3)
+    monkeypatch.setattr(kernels.tooling.rows, "INFERENCE_BLOCK", 7 * 70 * 3)
     reference, model = model_pair(name, "auto", n_ctx=80)
     reference.eval(), model.eval()
     if name != "lstm":
         monkeypatch.setattr(model.blocks[-1].attn, "forward", None)
     x, positions = tokens(4, 70, seed=2), query_positions(4, 70)
     with torch.inference_mode(), reference_attention(reference):
-        expected = kernels.rows.at_rows(reference(x, return_type="normalized"), positions)
+        expected = kernels.tooling.rows.at_rows(reference(x, return_type="normalized"), positions)
         assert (model.normalized_at(x, positions) - expected).abs().max() < 1e-4
 
 
@@ -172,7 +172,7 @@ def test_normalized_at_runs_the_full_forward_for_hooks_and_gradients(model_pair,
     _, model = model_pair("tra", "auto")
     x, positions = tokens(2, 37), query_positions(2, 37)
     with torch.no_grad():
-        expected = kernels.rows.at_rows(model.eval()(x, return_type="normalized"), positions)
+        expected = kernels.tooling.rows.at_rows(model.eval()(x, return_type="normalized"), positions)
     seen = []
     model.blocks[-1].attn.hook_z.add_hook(lambda z, hook: seen.append(z.shape))
     with torch.no_grad():
@@ -203,7 +203,7 @@ def test_normalized_at_under_bf16_autocast_stays_near_the_full_forward(name, mod
     x, positions = tokens(2, 37), query_positions(2, 37)
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
         at = model.eval().normalized_at(x, positions).float()
-        full = kernels.rows.at_rows(model(x, return_type="normalized"), positions).float()
+        full = kernels.tooling.rows.at_rows(model(x, return_type="normalized"), positions).float()
     assert torch.isfinite(at).all() and (at - full).abs().max() < 0.1
 
 

@@ -182,7 +182,7 @@ def test_attention_dropout_acts_in_training_only_and_follows_the_seed(name):
 
 @pytest.mark.parametrize("name", ["nope", "tra", "fot", "cope", "tda", "trela"])
 def test_attention_dropout_runs_the_reference_instead_of_a_fast_path(name):
-    """The fast paths (SDPA, kernels.rows) do not drop logits: while dropout acts, every
+    """The fast paths (SDPA, kernels.tooling.rows) do not drop logits: while dropout acts, every
     mechanism runs its reference, so the result is the reference's under the same RNG state."""
     model, _ = dropping(name)
     reference, _ = dropping(name, impl="reference")

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from kernels.common import causal_mask
+from kernels.tooling.common import causal_mask
 from kernels.cope.reference import interpolate
 from models import ModelConfig
 from models.backbone import GlitchLensTransformer

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from kernels import native
-from kernels.common import causal_mask
+from kernels.tooling import native
+from kernels.tooling.common import causal_mask
 from models import ModelConfig
 from models.attention.rope import apply_rope
 from models.backbone import GlitchLensTransformer

@@ -11,7 +11,7 @@ import models
 from interp.bench import computed_eval_flops, eval_flops, forward_flops
 from interp.evaluate import evaluate_tokens, length_batches, predict_reads, scored_lengths
 from interp.tasks import IGNORE, READ, load_split, read_mask
-from kernels import native
+from kernels.tooling import native
 from models import ModelConfig, build_model
 from models.attention.base import reference_attention
 
@@ -49,7 +49,7 @@ def mixed_tokens(n=12, seq_len=64):
 
 @pytest.mark.parametrize("name", ["tra-mech", "fot-mech"])
 def test_predictions_equal_the_per_sequence_loop_on_pretrained(name):
-    model = models.load_pretrained(name)  # configured for the reference; predict_reads runs kernels.rows
+    model = models.load_pretrained(name)  # configured for the reference; predict_reads runs kernels.tooling.rows
     tokens = np.concatenate([mixed_tokens(seq_len=512), load_split("sparse", 6)])
     expected = per_sequence_reference(model, tokens)
     got = predict_reads(model, tokens, batch_size=2, workers=2)

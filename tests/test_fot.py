@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from kernels.common import MASK_FILL, causal_mask
+from kernels.tooling.common import MASK_FILL, causal_mask
 from models.attention.rope import apply_rope
 
 A = "blocks.{}.attn.{}"

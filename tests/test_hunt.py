@@ -18,7 +18,7 @@ from interp.hunt import (
 from interp.tasks import (
     D_VOCAB, ONE, READ, ZERO, check_tokens, last_write_positions, parse_sequence, read_sequences, sample_ffl,
 )
-from kernels.rows import at_rows
+from kernels.tooling.rows import at_rows
 from models import ModelConfig, build_model
 
 

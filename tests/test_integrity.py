@@ -20,7 +20,7 @@ from interp.metrics import read_table
 from interp.tasks import load_split, sample_ffl
 from interp.training.loop import train
 from interp.training.setup import TrainConfig
-from kernels import native
+from kernels.tooling import native
 from models import CheckpointError, ModelConfig, build_model
 
 TINY = ModelConfig.from_preset("nope", "tiny", n_ctx=32)

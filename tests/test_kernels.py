@@ -1,5 +1,5 @@
-"""What the Triton kernels share (``kernels.tiles``: input checks) and their benchmark
-(``kernels.bench``). Each op's kernel is compared with its reference in ``tests/test_op_<op>.py``."""
+"""What the Triton kernels share (``kernels.tooling.tiles``: input checks) and their benchmark
+(``kernels.tooling.bench``). Each op's kernel is compared with its reference in ``tests/test_op_<op>.py``."""
 
 import math
 from pathlib import Path
@@ -9,7 +9,7 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed; the kernel tests need it")
 
-from kernels import bench  # noqa: E402
+from kernels.tooling import bench  # noqa: E402
 from kernels.forgetting.triton import forgetting_attention  # noqa: E402
 from kernels.threshold.triton import threshold_attention  # noqa: E402
 from kernels.tra.triton import tra_attention  # noqa: E402
@@ -153,7 +153,7 @@ def test_cost_model_hand_checked(capsys):
     """One FoT forward program at T = 64, head dim 64, bf16 (tiles 64 x 32): two key tiles of
     two 64 x 32 x 64 products each; q, c, k, v, c, z and the log-sum-exp moved once."""
     from interp.cli import main
-    from kernels import cost
+    from kernels.tooling import cost
 
     forward = cost.PASSES["fot"][0]
     assert cost.pass_cost(forward, 64) == {"flops": 2 * 2 * 64 * 64 * 64, "bytes_once": 64 * (132 + 260 + 132),
@@ -168,10 +168,10 @@ def test_cost_model_hand_checked(capsys):
 
 
 def test_gpu_check_names_the_card_and_never_writes_over_a_file(tmp_path, capsys):
-    """``python3 -m kernels.gpu_check`` (``make gpu-kernels``), its CPU side: the CSV is named
+    """``python3 -m kernels.tooling.gpu_check`` (``make gpu-kernels``), its CPU side: the CSV is named
     after the card, the first free name is taken, the benchmark runs T = 4096 ... 32768 into it,
     and without a GPU it stops at once with a one-line error (exit status 2)."""
-    from kernels import gpu_check
+    from kernels.tooling import gpu_check
 
     assert [gpu_check.card_slug(name) for name in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB",
                                                    "AMD Instinct MI300X")] == ["h200", "h100", "a100", "mi300x"]
@@ -200,17 +200,17 @@ def test_gpu_check_names_the_card_and_never_writes_over_a_file(tmp_path, capsys)
 
 
 def test_calibrated_cost_model_ranks_the_backward_kernels_as_measured(capsys):
-    """The cost model fitted to both H200 benchmarks (``kernels.cost.MEASURED_FILES``: the earlier
+    """The cost model fitted to both H200 benchmarks (``kernels.tooling.cost.MEASURED_FILES``: the earlier
     code, TRA's backward with atomics, and the current one), each row described by the code it
     measured: at every T >= 4096 of each file it orders the four backward kernels as measured
     wherever the measured times are more than 15% apart (TRA's the slowest, trela's the fastest),
     and on the earlier file puts FoT's and TDA's, measured within 3-11% of each other in an order
     that flips between T = 8192 and 16384, within 10% of each other. For the earlier file's rows,
-    TRA's current backward gets its own estimate, marked not measured; ``python -m kernels.cost``
+    TRA's current backward gets its own estimate, marked not measured; ``python -m kernels.tooling.cost``
     prints the errors."""
     import itertools
 
-    from kernels import cost
+    from kernels.tooling import cost
 
     root = Path(__file__).parents[1]
     rows = [r for path in cost.MEASURED_FILES for r in cost.measured_rows(root / path)]
@@ -236,7 +236,7 @@ def test_calibrated_cost_model_ranks_the_backward_kernels_as_measured(capsys):
 
 
 def test_bench_notes_a_reference_that_refuses_its_maps(device):
-    """A reference that refuses maps over ``kernels.common.MAX_MAP_ELEMENTS`` (T = 32768 at the
+    """A reference that refuses maps over ``kernels.tooling.common.MAX_MAP_ELEMENTS`` (T = 32768 at the
     benchmark's shape) is a row with a note, not the end of the benchmark."""
     def refuses(*_):
         raise ValueError("maps too large")
@@ -250,7 +250,7 @@ def test_tile_configuration_names_parse_and_forcing_them_reaches_every_launch():
     """``TileConfig.parse`` reads what ``name`` writes and refuses the rest in one line;
     inside ``forced_tiles`` the launch parameters are the forced ones (the dK/dV and TRA
     adjustments included), and the dispatcher's return after it."""
-    from kernels.tiles import TileConfig, forced_tiles, key_tile_meta, launch_meta, tra_meta
+    from kernels.tooling.tiles import TileConfig, forced_tiles, key_tile_meta, launch_meta, tra_meta
 
     assert TileConfig.parse("128x64-w8-s3") == TileConfig(128, 64, 8, 3)
     assert TileConfig.parse(TileConfig(16, 32, 2, 1).name) == TileConfig(16, 32, 2, 1)
@@ -270,7 +270,7 @@ def test_tile_sweep_times_each_configuration_beside_the_default_and_sdpa(device)
     """``bench_tile_configs``: one row for SDPA, one for the default and one per configuration,
     the outputs equal to the default's up to the order of the float32 sums; ``best_tiles``
     picks the fastest forward and backward on its own."""
-    from kernels.tiles import TileConfig
+    from kernels.tooling.tiles import TileConfig
 
     rows = bench.bench_tile_configs("trela", 32, [TileConfig(16, 16, 4, 2)], tokens=32, d_head=16,
                                     dtype=torch.float32 if device.type == "cpu" else torch.bfloat16, repeats=1,
@@ -297,12 +297,12 @@ def test_tile_configs_option_refuses_a_bad_name(capsys):
 
 
 def test_gpu_check_runs_the_tests_the_benchmark_and_the_tile_sweep_in_order(tmp_path, monkeypatch, capsys):
-    """``kernels.gpu_check.main`` on a (pretended) GPU: the tests, then the benchmark into the card's
+    """``kernels.tooling.gpu_check.main`` on a (pretended) GPU: the tests, then the benchmark into the card's
     CSV, then the tile sweep into its own; an unfinished benchmark says how to go on."""
     import subprocess
     from types import SimpleNamespace
 
-    from kernels import gpu_check
+    from kernels.tooling import gpu_check
 
     calls = []
 
@@ -322,7 +322,7 @@ def test_gpu_check_runs_the_tests_the_benchmark_and_the_tile_sweep_in_order(tmp_
     assert benchmark[benchmark.index("--out") + 1] == str(tmp_path / "bench-kernels-h200.csv")
     assert tiles[tiles.index("--out") + 1] == str(tmp_path / "tiles-h200.csv")
     out = capsys.readouterr().out
-    assert f"to go on: python3 -m kernels.gpu_check --skip-tests --out {tmp_path / 'bench-kernels-h200.csv'}" in out
+    assert f"to go on: python3 -m kernels.tooling.gpu_check --skip-tests --out {tmp_path / 'bench-kernels-h200.csv'}" in out
     assert out.strip().endswith(f"tile sweep: complete ({tmp_path / 'tiles-h200.csv'})")
 
 
@@ -337,7 +337,7 @@ def test_hopper_default_tiles_are_the_fastest_measured_on_the_h200():
     those that do not spill; elsewhere the tiles are unchanged."""
     import pandas as pd
 
-    from kernels.tiles import TileConfig, default_tiles
+    from kernels.tooling.tiles import TileConfig, default_tiles
 
     frame = pd.read_csv(Path(__file__).parents[1] / "runs/gpu/tiles-h200.csv")
     frame["config"] = frame.tiles.where(frame.tiles != "default", frame.note)  # the default row names its tiles
@@ -374,7 +374,7 @@ def test_skip_gain_refuses_a_model_without_a_skipping_kernel():
 def test_amd_gpus_never_get_hoppers_tiles(monkeypatch):
     """ROCm answers ``get_device_capability`` with its own numbers (gfx90a as 9.0): an AMD GPU
     reports no CUDA architecture, so it keeps the tiles every GPU gets, not Hopper's."""
-    from kernels import tiles
+    from kernels.tooling import tiles
 
     monkeypatch.setattr(torch.version, "hip", "6.4")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: (9, 0))

@@ -1,4 +1,4 @@
-"""Every Triton kernel compiled ahead of time for the GPUs users have (``kernels.aot``), here,
+"""Every Triton kernel compiled ahead of time for the GPUs users have (``kernels.tooling.aot``), here,
 without a GPU: ``glitchlens bench kernels --compile-only`` run as a separate process, since the
 suite imports triton under its interpreter, which cannot compile. The subset in the default
 run (each kernel's default tiles at d_head 64, bf16 for sm_90 and float32 for sm_80)
@@ -17,9 +17,9 @@ import torch
 pytest.importorskip("triton", reason="triton is not installed; the kernel tests need it")
 
 from interp.cli import main  # noqa: E402
-from kernels.aot import COLUMNS, CUOBJDUMP, SHARED_LIMIT, failures_first, problems  # noqa: E402
-from kernels.common import interpreting  # noqa: E402
-from kernels.tiles import (HEAD_DIMS, TILE_CONFIGS, TileConfig, compiling_for, default_tiles,  # noqa: E402
+from kernels.tooling.aot import COLUMNS, CUOBJDUMP, SHARED_LIMIT, failures_first, problems  # noqa: E402
+from kernels.tooling.common import interpreting  # noqa: E402
+from kernels.tooling.tiles import (HEAD_DIMS, TILE_CONFIGS, TileConfig, compiling_for, default_tiles,  # noqa: E402
                            key_tile_meta, launch_meta, tra_meta)
 
 # The environment variables this module reads, {name: (default, meaning)} (docs/reference/environment.md).
@@ -58,7 +58,7 @@ def test_default_tiles_compile_without_spills_or_atomics(tmp_path):
         assert list(frame.columns) == list(COLUMNS)
         assert set(frame.kernel) == KERNELS and len(frame) == len(KERNELS)
         assert frame.default.all() and (frame.target == target).all()
-        if target == "sm_90":  # Hopper's own tiles (kernels.tiles.default_tiles)
+        if target == "sm_90":  # Hopper's own tiles (kernels.tooling.tiles.default_tiles)
             assert [(r.kernel, TileConfig(r.block_m, r.block_n, r.num_warps, r.num_stages)) for r in frame.itertuples()] \
                 == [(r.kernel, default_tiles(torch.bfloat16, 64, 90, r.kernel.split("_")[0])) for r in frame.itertuples()]
         assert_fit(frame, tmp_path / target)

@@ -121,5 +121,5 @@ def test_the_checks_fail_on_a_cycle_through_a_lazy_import_and_on_a_layer_skipped
     assert find_cycle(graph) is None   # pkg.a -> pkg.b -> pkg.a.c is a chain: a parent package is no import
     (package / "a" / "c.py").write_text("from pkg import b\n")
     assert find_cycle(import_graph(tmp_path, ("pkg",))) == ["pkg.b", "pkg.a.c", "pkg.b"]
-    assert layer_violations({"kernels.rows": {"models.config"}, "models.lens": {"interp.metrics", "kernels.rows"}}) \
-        == ["kernels.rows imports models.config", "models.lens imports interp.metrics"]
+    assert layer_violations({"kernels.tooling.rows": {"models.config"}, "models.lens": {"interp.metrics", "kernels.tooling.rows"}}) \
+        == ["kernels.tooling.rows imports models.config", "models.lens imports interp.metrics"]

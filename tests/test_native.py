@@ -1,4 +1,4 @@
-"""The fused C kernels (``kernels.native``) against the PyTorch references: every op on awkward
+"""The fused C kernels (``kernels.tooling.native``) against the PyTorch references: every op on awkward
 shapes (T = 1, lengths across the 16-key chunks and the 4-row groups, head sizes that are not
 a multiple of 16, one and three heads, half precision), at chosen query positions in any order,
 split over threads; the paths that dispatch to them; and the build: a missing compiler falls
@@ -17,7 +17,7 @@ import torch
 import models
 from interp.evaluate import predict_reads
 from interp.tasks import load_split
-from kernels import native
+from kernels.tooling import native
 from kernels.cope.reference import cope_reference
 from kernels.cope.rows import cope_rows
 from kernels.threshold.reference import differential_threshold_reference, threshold_reference
@@ -264,7 +264,7 @@ def test_a_built_library_is_reused_not_rebuilt(monkeypatch, tmp_path):
 def test_loading_the_library_keeps_subnormal_floats():
     """The object is compiled with -ffast-math but linked without it: a library linked with it
     would switch the whole process to flush-to-zero on load."""
-    code = ("import numpy as np, torch; from kernels import native; assert native.library() is not None; "
+    code = ("import numpy as np, torch; from kernels.tooling import native; assert native.library() is not None; "
             "print(float(np.float32(1e-39) * np.float32(0.5)), float(torch.tensor([1e-39]) .mul(0.5)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parents[1]).stdout.split()

@@ -92,7 +92,7 @@ def test_threshold_flips(device):
 def test_skipping_zero_tiles_is_exact(name, case, device):
     """A tile where every view and its derivative are zero adds exactly nothing, forward and
     backward, so skipping it changes no bit of the output or of a gradient (beta's included)."""
-    from kernels.bench import zero_tile_fraction
+    from kernels.tooling.bench import zero_tile_fraction
 
     kernel = implementation(name, "triton", case)
     x, scalars = forward_only_inputs(name, case, device)

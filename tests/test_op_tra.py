@@ -58,7 +58,7 @@ def test_threshold_flips(device):
 def test_skipping_zero_tiles_is_exact(device):
     """A key tile without a survivor adds exactly zero, forward and backward, so skipping it
     changes no bit of the output or of a gradient."""
-    from kernels.bench import zero_tile_fraction
+    from kernels.tooling.bench import zero_tile_fraction
 
     case = Case(48, 16, blocks=(16, 16), empty=True, gate=-4.0)
     kernel = implementation("tra", "triton", case)

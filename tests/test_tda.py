@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.common import causal_mask, threshold
+from kernels.tooling.common import causal_mask, threshold
 from models import ModelConfig
 from models.attention.rope import apply_rope
 from models.backbone import GlitchLensTransformer

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.common import MASK_FILL, causal_mask
+from kernels.tooling.common import MASK_FILL, causal_mask
 from kernels.tra.reference import contextual_distance
 from models.attention.base import rms_normalise
 

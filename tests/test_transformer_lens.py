@@ -13,7 +13,7 @@ import transformer_lens.patching as patching
 from transformer_lens import FactoredMatrix
 
 from interp.tasks import ONE, VOCAB, ZERO
-from kernels.common import MASK_FILL, causal_mask
+from kernels.tooling.common import MASK_FILL, causal_mask
 from models import MODEL_NAMES, ModelConfig, build_model, load_pretrained
 from models.lens import GlitchLensCache
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from interp.tasks import ONE, READ, ZERO, last_write_positions, load_split
-from kernels.common import MASK_FILL
+from kernels.tooling.common import MASK_FILL
 from models import ModelConfig, build_model, load_pretrained
 from models.lens import Output
 

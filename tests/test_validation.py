@@ -186,11 +186,11 @@ def test_a_jsonl_file_with_a_byte_order_mark_reads(tmp_path):
 def test_attention_maps_beyond_the_limit_are_refused_before_they_are_allocated(model, monkeypatch):
     import torch
 
-    import kernels.common
+    import kernels.tooling.common
 
     net = build_model(ModelConfig.from_preset(model, "tiny", n_ctx=64)).eval()
     tokens = torch.zeros(2, 40, dtype=torch.long)
-    monkeypatch.setattr(kernels.common, "MAX_MAP_ELEMENTS", 2 * net.cfg.n_heads * 40 * 40 - 1)
+    monkeypatch.setattr(kernels.tooling.common, "MAX_MAP_ELEMENTS", 2 * net.cfg.n_heads * 40 * 40 - 1)
     with pytest.raises(ValueError, match=r"maps of 2 x \d+ x 40 x 40 = [\d,]+ elements .* over the limit"):
         net(tokens)
     with pytest.raises(ValueError, match="over the limit"):

@@ -94,8 +94,8 @@ def sweeps_markdown() -> str:
 
 def gpu_kernels_markdown(root: Path = ROOT) -> str:
     """fwd+bwd time of each Triton kernel over SDPA's in the same run, at T >= 4096, for each H200
-    benchmark of :data:`H200_KERNEL_RUNS`, then the goals (``kernels.bench.kernel_goals``) on the last."""
-    from kernels.bench import kernel_goals  # imports triton, only when the docs are written or checked
+    benchmark of :data:`H200_KERNEL_RUNS`, then the goals (``kernels.tooling.bench.kernel_goals``) on the last."""
+    from kernels.tooling.bench import kernel_goals  # imports triton, only when the docs are written or checked
 
     frames = [pd.read_csv(root / file) for file, _ in H200_KERNEL_RUNS]
     lengths = sorted({T for frame in frames for T in frame["T"] if T >= 4096})

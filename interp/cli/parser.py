@@ -48,8 +48,8 @@ def positive_float(text: str) -> float:
 
 
 def tile_configs(text: str) -> list:
-    """argparse type of ``--tile-configs``: comma-separated ``kernels.tiles.TileConfig`` names."""
-    from kernels.tiles import TileConfig  # imports triton: only when the option is given
+    """argparse type of ``--tile-configs``: comma-separated ``kernels.tooling.tiles.TileConfig`` names."""
+    from kernels.tooling.tiles import TileConfig  # imports triton: only when the option is given
 
     try:
         return [TileConfig.parse(name) for name in text.split(",") if name.strip()]
@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attn-opt", action="append", metavar="KEY=VALUE",
                    help="attention option, e.g. --attn-opt qk_norm=false (repeatable)")
     p.add_argument("--attention-impl", choices=ATTENTION_IMPLS, default=None,
-                   help="default auto: the Triton kernels on CUDA, kernels.rows on the CPU")
+                   help="default auto: the Triton kernels on CUDA, kernels.tooling.rows on the CPU")
     p.add_argument("--norm-placement", choices=NORM_PLACEMENTS, default=None,
                    help="pre (default): x + f(norm(x)); stream: x = norm(x), then x + f(x) (the TRA authors' block)")
     p.add_argument("--init", choices=INIT_SCHEMES, default=None,

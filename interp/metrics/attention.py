@@ -30,7 +30,7 @@ from jaxtyping import Bool, Float, Shaped
 from scipy.special import stdtrit
 from torch import Tensor
 
-from kernels.common import suffix_sum
+from kernels.tooling.common import suffix_sum
 from models import validate
 
 # One layer's map, in TransformerLens's hook_pattern shape; Maps: one map, or one per layer

@@ -81,7 +81,7 @@ def app_a_pair(model: str) -> Specimen:
     One-head TRA learns or not depending on its initialisation (docs/results/learning.md "Earlier
     measurements, before this recipe": seed 1 learned; seeds 0, 2, 3 did not, nor did seed 0 at
     d_model 128), so both members use the seed on which TRA learned. The pair was trained on the
-    PyTorch reference, before ``kernels.rows`` existed; the two compute the same up to float
+    PyTorch reference, before ``kernels.tooling.rows`` existed; the two compute the same up to float
     rounding, but whether a one-head model learns hangs on its first steps, so the pair names the
     reference to rebuild the entries bit for bit (docs/explanation/runs-and-checkpoints.md "Determinism").
     """

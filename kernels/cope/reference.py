@@ -9,7 +9,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products,
+from kernels.tooling.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products,
                             suffix_sum, through, upcast)
 
 

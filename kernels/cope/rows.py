@@ -1,12 +1,12 @@
-"""CoPE on the CPU path (``kernels.rows``): the logits of eq. 3-9 from a block of scores."""
+"""CoPE on the CPU path (``kernels.tooling.rows``): the logits of eq. 3-9 from a block of scores."""
 
 from __future__ import annotations
 
 import torch
 
-from kernels import native
-from kernels.common import MASK_FILL, suffix_sum_from_prefix
-from kernels.rows import at_rows, heads_first, mask_future_, softmax_rows
+from kernels.tooling import native
+from kernels.tooling.common import MASK_FILL, suffix_sum_from_prefix
+from kernels.tooling.rows import at_rows, heads_first, mask_future_, softmax_rows
 
 
 class CoPERule:
@@ -61,9 +61,9 @@ class CoPERule:
 def cope_rows(q, k, v, pos_emb, positions=None) -> torch.Tensor:
     """CoPE's ``z`` (gates from q . k) from q, k, v and the layer's ``pos_emb [p_max, d]``:
     :func:`kernels.cope.reference.cope_reference`'s without separate gate keys (at query
-    ``positions [batch, n]`` only, if given: :func:`kernels.rows.softmax_rows`). Where the fused
+    ``positions [batch, n]`` only, if given: :func:`kernels.tooling.rows.softmax_rows`). Where the fused
     C kernel can run (built, CPU, no gradient wanted) it computes the same, 2-3x faster on the core:
-    :func:`kernels.native.cope_attention`."""
+    :func:`kernels.tooling.native.cope_attention`."""
     if native.usable(q, k, v, pos_emb):
         return native.cope_attention(q, k, v, pos_emb, positions)
     q_rows = heads_first(q)

@@ -1,11 +1,11 @@
-"""FoT on the CPU path (``kernels.rows``): the logits S + c_i - c_j from a block of scores."""
+"""FoT on the CPU path (``kernels.tooling.rows``): the logits S + c_i - c_j from a block of scores."""
 
 from __future__ import annotations
 
 import torch
 
-from kernels.common import MASK_FILL
-from kernels.rows import at_rows, mask_future_, per_row, softmax_rows
+from kernels.tooling.common import MASK_FILL
+from kernels.tooling.rows import at_rows, mask_future_, per_row, softmax_rows
 
 
 class ForgettingRule:
@@ -29,5 +29,5 @@ class ForgettingRule:
 def forgetting_rows(q, k, v, log_f, positions=None) -> torch.Tensor:
     """FoT's ``z`` from q, k, v and ``log_f [batch, head, pos]``:
     :func:`kernels.forgetting.reference.forgetting_reference`'s (at query ``positions [batch,
-    n]`` only, if given: :func:`kernels.rows.softmax_rows`)."""
+    n]`` only, if given: :func:`kernels.tooling.rows.softmax_rows`)."""
     return softmax_rows(ForgettingRule, q, k, v, per_row(log_f).cumsum(-1), positions=positions)

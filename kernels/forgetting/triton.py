@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.tiles import (causal_tile, check_heads, head_base, key_tile_meta, key_tile_products, load_row, load_tile,
+from kernels.tooling.tiles import (causal_tile, check_heads, head_base, key_tile_meta, key_tile_products, load_row, load_tile,
                            online_softmax_step, per_position, program_tile, row_dot, rows_base, softmax_finish,
                            softmax_forward, softmax_tile_grad, store_row, store_tile)
 

@@ -6,7 +6,7 @@ its hooks, whenever a hook or dropout needs the full ``[query, key]`` matrices.
 Both return ``sum_j pattern_ij v_j`` BEFORE the per-head output RMSNorm (the part a fused
 kernel computes), in v's dtype; the model applies the norm. q and k come RoPE'd and
 L2-normalised, so a score is a cosine with no further scale: the threshold tau carries the
-1/sqrt(d) (eq. 1, :func:`kernels.common.threshold`).
+1/sqrt(d) (eq. 1, :func:`kernels.tooling.common.threshold`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, causal_mask, check_map_size, no_dropout, threshold, through,
+from kernels.tooling.common import (MASK_FILL, NO_HOOKS, Hooks, causal_mask, check_map_size, no_dropout, threshold, through,
                             upcast)
 
 # beta and lambda: one per layer, or one per head

@@ -1,4 +1,4 @@
-"""trela and TDA on the CPU path (``kernels.rows``'s blocks of query rows): no softmax, so
+"""trela and TDA on the CPU path (``kernels.tooling.rows``'s blocks of query rows): no softmax, so
 their own autograd function, :class:`ThresholdRowsFunction`."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from kernels import native
-from kernels.common import check_map_size, threshold
-from kernels.rows import (at_rows, heads_first, heads_last, inference_blocks, key_count, mask_future_, needs_grad, per_head,
+from kernels.tooling import native
+from kernels.tooling.common import check_map_size, threshold
+from kernels.tooling.rows import (at_rows, heads_first, heads_last, inference_blocks, key_count, mask_future_, needs_grad, per_head,
                          per_row, row_blocks)
 
 
@@ -74,7 +74,7 @@ def rectified_rows(tau, v, *views, lam=None, p: float = 2.0, positions=None) -> 
     v and a scalar ``lam``: the output of trela or TDA before its norm; at query ``positions
     [batch, n]`` only, if given (a forward without gradients, ``[batch, n, head, d]``). Where the
     fused C kernel can run (built, CPU, no gradient wanted) it computes the same, 2-3x faster
-    on the core: :func:`kernels.native.threshold_attention`."""
+    on the core: :func:`kernels.tooling.native.threshold_attention`."""
     if native.usable(tau, v, *views, *([] if lam is None else [lam])):
         return native.threshold_attention(tau, v, *views, lam=0.0 if lam is None else float(lam), p=p,
                                           positions=positions)

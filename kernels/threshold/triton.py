@@ -21,7 +21,7 @@ p) in a single P V product, loading V once.
 
 Gradients for every q, k, v, for lam (``-sum_ij dA_ij a2_ij``) and, through tau, for beta
 (the kernel returns ``dtau_i = -sum_j ds_ij`` summed over the views; tau itself is computed
-by PyTorch, :func:`kernels.common.threshold`, so a kappa tensor that requires grad gets one
+by PyTorch, :func:`kernels.tooling.common.threshold`, so a kappa tensor that requires grad gets one
 too, with its caveat that sqrt's derivative is infinite where the clamped log is 0). At s_ij = tau_i exactly the
 rectifier's gradient is taken as 0, as in PyTorch's ReLU.
 Backward is FlashAttention-2's two-kernel split (one program per key tile for dK and dV,
@@ -35,8 +35,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import threshold
-from kernels.tiles import (causal_tile, check_heads, head_base, key_tile_meta, key_tile_products, launch_meta, load_row,
+from kernels.tooling.common import threshold
+from kernels.tooling.tiles import (causal_tile, check_heads, head_base, key_tile_meta, key_tile_products, launch_meta, load_row,
                            load_tile, program_tile, rows_base, store_row, store_tile, tile_needed)
 
 
@@ -270,7 +270,7 @@ def threshold_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta,
     exactly zero to the output and to every gradient. (A cheaper bound from norms alone cannot
     decide: q and k are L2-normalised, so Cauchy-Schwarz bounds a tile's scores by 1, above tau
     at every length the models see.) ``skip_zero_tiles=False`` runs every tile, for comparison
-    (``kernels.bench.bench_zero_tile_skipping``, ``glitchlens bench tiles CKPT --skip-gain``)."""
+    (``kernels.tooling.bench.bench_zero_tile_skipping``, ``glitchlens bench tiles CKPT --skip-gain``)."""
     B, T, H, D = check_heads(q, k, v)
     tau = _tau(B, T, H, D, beta, kappa, v.device)
     return ThresholdAttentionFunction.apply(q, k, None, None, v, tau, None, _check_power(p), block_m, block_n,

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_scores,
+from kernels.tooling.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_scores,
                             suffix_sum, through, upcast)
 
 

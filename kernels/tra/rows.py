@@ -1,11 +1,11 @@
-"""TRA on the CPU path (``kernels.rows``): the logits of eq. 3-11 from a block of scores."""
+"""TRA on the CPU path (``kernels.tooling.rows``): the logits of eq. 3-11 from a block of scores."""
 
 from __future__ import annotations
 
 import torch
 
-from kernels.common import MASK_FILL, suffix_sum_from_prefix
-from kernels.rows import at_rows, mask_future_, per_row, softmax_rows
+from kernels.tooling.common import MASK_FILL, suffix_sum_from_prefix
+from kernels.tooling.rows import at_rows, mask_future_, per_row, softmax_rows
 
 
 class TRARule:
@@ -41,5 +41,5 @@ class TRARule:
 def tra_rows(q, k, v, log_delta, positions=None) -> torch.Tensor:
     """TRA's ``z [batch, pos, head, d]`` from q, k (already normalised/rotated), v and
     ``log_delta [batch, head, pos]``: :func:`kernels.tra.reference.tra_reference`'s (at query
-    ``positions [batch, n]`` only, if given: :func:`kernels.rows.softmax_rows`)."""
+    ``positions [batch, n]`` only, if given: :func:`kernels.tooling.rows.softmax_rows`)."""
     return softmax_rows(TRARule, q, k, v, per_row(log_delta), positions=positions)

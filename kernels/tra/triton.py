@@ -40,7 +40,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.tiles import (causal_tile, check_heads, head_base, key_tile_meta, key_tile_products, load_row, load_tile,
+from kernels.tooling.tiles import (causal_tile, check_heads, head_base, key_tile_meta, key_tile_products, load_row, load_tile,
                            online_softmax_step, per_position, program_tile, row_dot, rows_base, softmax_finish,
                            softmax_forward, softmax_tile_grad, store_row, store_tile, tile_needed, tra_meta)
 
@@ -236,7 +236,7 @@ def tra_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_delta: 
     sizes (powers of two >= 16); ``skip_zero_tiles`` (on by default; off for comparison) skips
     the work of key tiles without a survivor after their scores, in the forward pass (the V load and P V product) and in the
     backward (every product but the scores): exact, since such a tile adds exactly zero;
-    whether it pays depends on the sparsity, see ``kernels.bench.zero_tile_fraction``."""
+    whether it pays depends on the sparsity, see ``kernels.tooling.bench.zero_tile_fraction``."""
     B, T, H, _ = check_heads(q, k, v)
     return TRAAttentionFunction.apply(q, k, v, per_position(log_delta, B, H, T, "log_delta"), block_m, block_n,
                                       skip_zero_tiles)

@@ -58,8 +58,8 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from kernels.common import interpreting, upcast
-from kernels.rows import at_rows
+from kernels.tooling.common import interpreting, upcast
+from kernels.tooling.rows import at_rows
 from models.attention.rope import apply_rope
 
 REGISTRY: dict[str, type["Attention"]] = {}

@@ -17,7 +17,7 @@ in the shapes the rest of the toolkit expects. ``d_head`` must be divisible by 4
 rotates each view's ``d_head / 2`` dimensions in pairs).
 
 Without a gradient wanted and without a hook inside the attention core the CPU runs the fused C
-kernel (:func:`kernels.native.diff_attention`, the ``rows`` path); in training, on other devices,
+kernel (:func:`kernels.tooling.native.diff_attention`, the ``rows`` path); in training, on other devices,
 or without a C compiler, each view runs through ``scaled_dot_product_attention`` and the two
 outputs are subtracted, ``A^(1) V - lambda A^(2) V`` (:func:`sdpa_attention`), whose backward is
 SDPA's own, which keeps no ``[query, key]`` map. Every hooked run, attention dropout and
@@ -62,10 +62,10 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from kernels import native
-from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products,
+from kernels.tooling import native
+from kernels.tooling.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products,
                             through, upcast)
-from kernels.rows import at_rows, past_keys
+from kernels.tooling.rows import at_rows, past_keys
 from models.attention.base import Attention, register, rms_normalise
 from models.attention.rope import apply_rope
 
@@ -119,7 +119,7 @@ def sdpa_attention(q1, k1, q2, k2, v, lam, positions=None) -> torch.Tensor:
 
 def rows_attention(q1, k1, q2, k2, v, lam, positions=None) -> torch.Tensor:
     """The CPU path: :func:`diff_reference`'s ``z`` through the fused C kernel
-    (:func:`kernels.native.diff_attention`) where it can run (built, CPU, no gradient wanted),
+    (:func:`kernels.tooling.native.diff_attention`) where it can run (built, CPU, no gradient wanted),
     else :func:`sdpa_attention`."""
     if native.usable(q1, k1, q2, k2, v, lam):
         return native.diff_attention(q1, k1, q2, k2, v, float(lam), positions)

@@ -44,7 +44,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from kernels.common import upcast
+from kernels.tooling.common import upcast
 from kernels.forgetting.reference import forgetting_reference
 from kernels.forgetting.rows import forgetting_rows
 from models.attention.base import Attention, has_hooks, imported_on_call, register

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.common import upcast
+from kernels.tooling.common import upcast
 
 
 def apply_rope(x: torch.Tensor, base: float = 10_000.0) -> torch.Tensor:

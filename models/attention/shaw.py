@@ -28,7 +28,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from kernels.common import MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products, through
+from kernels.tooling.common import MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products, through
 from models.attention.base import Attention, register
 from models.attention.softmax import sdpa_attention
 

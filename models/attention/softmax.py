@@ -15,10 +15,10 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from kernels import native
-from kernels.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products,
+from kernels.tooling import native
+from kernels.tooling.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products,
                             through, upcast)
-from kernels.rows import at_rows, past_keys
+from kernels.tooling.rows import at_rows, past_keys
 from models.attention.base import Attention, register
 
 
@@ -67,7 +67,7 @@ def sdpa_attention(q, k, v, D=None, positions=None) -> torch.Tensor:
 
 def rows_attention(q, k, v, D=None, positions=None) -> torch.Tensor:
     """The CPU path: :func:`softmax_reference`'s ``z`` through the fused C kernel
-    (:func:`kernels.native.softmax_attention`) where it can run (no bias, built, CPU, no
+    (:func:`kernels.tooling.native.softmax_attention`) where it can run (no bias, built, CPU, no
     gradient wanted), else :func:`sdpa_attention`."""
     if D is None and native.usable(q, k, v):
         return native.softmax_attention(q, k, v, positions)
@@ -85,7 +85,7 @@ class SoftmaxAttention(Attention):
 
     Without hooks on the scores or pattern the product runs through
     ``scaled_dot_product_attention`` (softmax's fast path, whatever the device), or on the CPU
-    without gradients and without a bias through the fused C kernel (:mod:`kernels.native`,
+    without gradients and without a bias through the fused C kernel (:mod:`kernels.tooling.native`,
     the ``rows`` path, which ``auto`` picks there); with them, or
     with ``attention_impl="reference"``, S and A are computed explicitly so the hooks see (and
     may edit) what the model uses. So is it while attention dropout acts: SDPA's ``dropout_p``

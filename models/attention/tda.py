@@ -68,7 +68,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from kernels.common import upcast
+from kernels.tooling.common import upcast
 from kernels.threshold.reference import differential_threshold_reference, threshold_reference
 from kernels.threshold.rows import differential_threshold_rows, threshold_rows
 from models.attention.base import Attention, imported_on_call, register, rms_normalise

@@ -5,7 +5,7 @@ attention, in one run) into ``runs/gpu/bench-kernels-<card>.csv``, named after t
 default and SDPA, at T = 16384 and 8192) into ``runs/gpu/tiles-<card>.csv``: the measurement
 that chooses the card's default tiles.
 
-``python3 -m kernels.gpu_check [--out CSV] [--skip-tests]`` (``make gpu-kernels``), from the
+``python3 -m kernels.tooling.gpu_check [--out CSV] [--skip-tests]`` (``make gpu-kernels``), from the
 repository root, with the machine's own PyTorch and Triton (no ``make setup``: a GPU machine here
 reaches no package index; what it lacks, such as transformer-lens, travels as wheels:
 docs/how-to/run-on-a-gpu.md "On a GPU"). The tests get ``TEST_BUDGET_S`` seconds, the benchmark
@@ -96,7 +96,7 @@ def bench_command(out: Path, seq_lens=SEQ_LENS, budget_s: float = BENCH_BUDGET_S
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python3 -m kernels.gpu_check", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m kernels.tooling.gpu_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None,
                         help="the benchmark's CSV (default: the first free runs/gpu/bench-kernels-<card>.csv); an "
                              "existing one is resumed")
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             tests_ok = False
     complete = run_bench(bench_command(out, args.seq_lens, args.bench_budget_s, inputs=args.inputs), env)
     if not complete:
-        print(f"to go on: python3 -m kernels.gpu_check --skip-tests --out {out}")
+        print(f"to go on: python3 -m kernels.tooling.gpu_check --skip-tests --out {out}")
     tiles_note = "skipped"
     if not args.skip_tiles:
         tiles_out = free_csv(card_slug(name), out.parent, "tiles")

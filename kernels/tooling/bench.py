@@ -7,7 +7,7 @@ tile sparsity that decides whether skipping all-zero key tiles pays.
   restricted to its flash backend (causal, same shapes) and, when the caller passes them, the
   PyTorch references (``kernels`` never imports ``models``; ``interp`` builds them from the
   mechanisms' ``reference`` methods). A reference that runs out of memory, or refuses maps over
-  ``kernels.common.MAX_MAP_ELEMENTS`` (T = 32768), is reported as such.
+  ``kernels.tooling.common.MAX_MAP_ELEMENTS`` (T = 32768), is reported as such.
   Meant for a CUDA GPU; on CPU tensors under ``TRITON_INTERPRET=1`` it runs too (at tiny sizes,
   so that a test covers it), without peak memory: the CPU keeps no allocator statistics.
 - :func:`bench_tile_configs`: one kernel at one T at each of several tile configurations
@@ -32,8 +32,8 @@ import torch.nn.functional as F
 import triton
 
 from kernels.forgetting.triton import forgetting_attention
-from kernels.common import threshold
-from kernels.tiles import TileConfig, default_tiles, forced_tiles, gpu_arch
+from kernels.tooling.common import threshold
+from kernels.tooling.tiles import TileConfig, default_tiles, forced_tiles, gpu_arch
 from kernels.threshold.triton import differential_threshold_attention, threshold_attention
 from kernels.tra.triton import tra_attention
 
@@ -232,7 +232,7 @@ def bench_kernel(name: str, n_pos: int, references: dict[str, Callable] | None =
             measured[impl] = {**_measure(fn, args, repeats, device), "note": ""}
         except torch.cuda.OutOfMemoryError:
             measured[impl] = {**dict.fromkeys((*TIMES, "peak_mib"), float("nan")), "note": "out of memory"}
-        except ValueError:  # a reference refuses maps over kernels.common.MAX_MAP_ELEMENTS
+        except ValueError:  # a reference refuses maps over kernels.tooling.common.MAX_MAP_ELEMENTS
             if impl != "reference":
                 raise
             measured[impl] = {**dict.fromkeys((*TIMES, "peak_mib"), float("nan")), "note": "maps over the size limit"}
@@ -251,7 +251,7 @@ def bench_kernel(name: str, n_pos: int, references: dict[str, Callable] | None =
 def bench_tile_configs(name: str, n_pos: int, configs: list[TileConfig], tokens: int = 16384, n_heads: int = 4,
                        d_head: int = 64, dtype=torch.bfloat16, repeats: int = 10, device="cuda") -> list[dict]:
     """Kernel ``name`` at sequence length ``n_pos`` (batch ``tokens // n_pos``) at each of
-    ``configs`` (every launch, forward and backward, through :func:`kernels.tiles.forced_tiles`) and
+    ``configs`` (every launch, forward and backward, through :func:`kernels.tooling.tiles.forced_tiles`) and
     at the dispatcher's choice (``tiles`` "default"), beside SDPA's flash attention (``tiles``
     "sdpa_flash"), one row each: times, ratio of fwd+bwd to SDPA's, and the largest absolute
     difference of the output from the default's (tiles change only the order of float32

@@ -28,7 +28,7 @@ measured rows, with the relative error. Each measured file is described by the c
 (:data:`MEASURED_FILES`, :func:`code`): the earlier one (:data:`AS_MEASURED`: TRA's backward with
 atomics) or the current one (TRA's backward without atomics, FoT's with FlashAttention-2's delta
 inside its dQ kernel); for the earlier file's rows the current code's estimate is marked as not
-measured. ``python -m kernels.cost [CSV ...]`` prints them.
+measured. ``python -m kernels.tooling.cost [CSV ...]`` prints them.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.tiles import default_tiles
+from kernels.tooling.tiles import default_tiles
 
 # dense bf16 tensor-core TFLOP/s and memory TB/s from NVIDIA's datasheets: H100 SXM5 80 GB, A100 SXM4 80 GB
 HARDWARE = {"H100": (989.4, 3.35), "A100": (312.0, 2.039)}
@@ -126,7 +126,7 @@ LAUNCHES_AS_MEASURED = {"tra": (1, 12), "fot": (2, 11), "trela": (11, 5), "tda":
 MEASURED_FILES = {"runs/gpu/bench-kernels-h200.csv": "earlier", "runs/gpu/bench-kernels-h200-2.csv": "current"}
 # What a pass's time is fitted on (:func:`pass_features`), per sequence-head but for the launches
 FEATURES = ("launches", "flops", "bytes_streamed", "bytes_atomic", "exp_elements", "scan_elements")
-BENCH_HEADS = 4  # kernels.bench.bench_kernel's n_heads, which the measured rows used
+BENCH_HEADS = 4  # kernels.tooling.bench.bench_kernel's n_heads, which the measured rows used
 
 
 def _visits(p: Pass, n_pos: int, block_m: int, block_n: int) -> list[int]:
@@ -188,13 +188,13 @@ def cost_table(d_head: int = 64, seq_lens=None, dtype=torch.bfloat16) -> list[di
 
 def count_launches(op: str) -> tuple[int, int]:
     """Launches of op ``op``'s forward and backward as its wrapper makes them on a GPU (a name of
-    :data:`kernels.bench.KERNELS`): its Triton kernels, recorded rather than run (``kernels.aot``),
+    :data:`kernels.tooling.bench.KERNELS`): its Triton kernels, recorded rather than run (``kernels.tooling.aot``),
     and the PyTorch ops around them other than allocations and views, at T = 64, 4 heads of 64,
     bf16, on CPU tensors."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from kernels.aot import _recording, _ReportsCuda
-    from kernels.bench import KERNELS, random_inputs
+    from kernels.tooling.aot import _recording, _ReportsCuda
+    from kernels.tooling.bench import KERNELS, random_inputs
 
     class CountOps(TorchDispatchMode):
         n = 0
@@ -305,7 +305,7 @@ def calibrated_table(rows: list[dict], coefficients: dict[str, float] | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m kernels.cost [CSV ...]``: the model calibrated on ``glitchlens bench kernels``
+    """``python -m kernels.tooling.cost [CSV ...]``: the model calibrated on ``glitchlens bench kernels``
     CSVs (default: those of :data:`MEASURED_FILES`), its coefficients and errors."""
     import sys
 

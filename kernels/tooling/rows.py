@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from kernels.common import check_map_size, upcast
+from kernels.tooling.common import check_map_size, upcast
 
 ROWS = 64  # measured at T = 512, mini: 64 and 128 within 3%, 256 about 15% slower
 # Without gradients a block covers only as many sequence-heads as keep its scores within

@@ -1,6 +1,6 @@
 /* Fused CPU attention for a forward without backward (the evaluation's): the core of softmax
  * attention, Diff, CoPE, trela and TDA, with no [query, key] tensor in memory. Built and
- * loaded by kernels/native.py.
+ * loaded by kernels/tooling/native.py.
  *
  * Work goes by groups of GROUP query rows of one sequence-head, so that each key (a vector of
  * LANES keys' values of one dimension) loaded from memory serves GROUP rows. Per group:
@@ -33,13 +33,13 @@ enum { LANES = 4 };
 enum { GROUP = 4, PAD = 16 };
 typedef float vec __attribute__((vector_size(LANES * sizeof(float)), aligned(sizeof(float))));
 
-/* The vector width this build uses, in floats (kernels/native.py runs the kernels only where
+/* The vector width this build uses, in floats (kernels/tooling/native.py runs the kernels only where
  * it is at least 8: with 4, an SSE build measured slower than PyTorch's paths for TDA). */
 int vector_lanes(void) { return LANES; }
 
 static int64_t chunks(int64_t n) { return (n + LANES - 1) / LANES; }
 
-/* The caller's row length for n entries (kernels/native.py pads to a multiple of PAD). */
+/* The caller's row length for n entries (kernels/tooling/native.py pads to a multiple of PAD). */
 static int64_t padded(int64_t n) { return (n + PAD - 1) / PAD * PAD; }
 
 /* The positions of the group of rows starting at row r0 (the last row repeated to fill it). */

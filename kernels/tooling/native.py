@@ -1,4 +1,4 @@
-"""Fused C kernels for the CPU forward without gradients (the evaluation's), ``kernels/native.c``:
+"""Fused C kernels for the CPU forward without gradients (the evaluation's), ``kernels/tooling/native.c``:
 the attention core of softmax attention without a bias (NoPE, APE, Label, RoPE), Diff, CoPE,
 trela and TDA, four query rows at a time, each loop vectorised along the keys.
 
@@ -23,7 +23,7 @@ process to flush-to-zero arithmetic (which ``-ffast-math`` at link time would).
 The wrappers take the models' ``[batch, pos, head, d]`` tensors and query ``positions [batch,
 n]`` (or None: every position), compute in float32 and return ``z`` in v's dtype, and split the
 sequence-heads over torch's thread count (the C calls release the GIL). Their layouts come from
-``kernels.rows`` where it has them (``heads_first``, ``heads_last``, ``per_head``, ``per_row``).
+``kernels.tooling.rows`` where it has them (``heads_first``, ``heads_last``, ``per_head``, ``per_row``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.rows import heads_first, heads_last, per_head, per_row
+from kernels.tooling.rows import heads_first, heads_last, per_head, per_row
 
 # The environment variables this module reads, {name: (default, meaning)} (docs/reference/environment.md).
 ENVIRONMENT_VARIABLES = {

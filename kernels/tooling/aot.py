@@ -8,7 +8,7 @@ reads True (so the wrappers take their GPU path: tile sizes, checks) and every
 ``kernel[grid](...)`` is recorded instead of launched (:func:`captured_launches`); Triton's own
 launch-time specialisation (argument types, 16-byte alignment, integers equal to 1) then turns
 each recorded call into the signature it would compile for the target. Each compile runs at
-every candidate tile configuration of :data:`kernels.tiles.TILE_CONFIGS`, with
+every candidate tile configuration of :data:`kernels.tooling.tiles.TILE_CONFIGS`, with
 ``default`` marking the one the dispatcher picks.
 
 Resources read from the binaries:
@@ -47,8 +47,8 @@ import torch
 import triton
 from torch.overrides import TorchFunctionMode
 
-from kernels.common import interpreting
-from kernels.tiles import HEAD_DIMS, TILE_CONFIGS, TileConfig, compiling_for
+from kernels.tooling.common import interpreting
+from kernels.tooling.tiles import HEAD_DIMS, TILE_CONFIGS, TileConfig, compiling_for
 
 # name -> (backend, arch, warp size) of triton.backends.compiler.GPUTarget
 TARGETS = {"sm_80": ("cuda", 80, 32), "sm_90": ("cuda", 90, 32), "gfx942": ("hip", "gfx942", 64)}
@@ -106,10 +106,10 @@ def _recording(launches: list):
 
 @functools.lru_cache(maxsize=None)
 def captured_launches(op: str, dtype: str, d_head: int, target: str) -> tuple[Launch, ...]:
-    """The kernel launches of op ``op`` (a name of :data:`kernels.bench.KERNELS`) forward and
+    """The kernel launches of op ``op`` (a name of :data:`kernels.tooling.bench.KERNELS`) forward and
     backward, in launch order, as the wrapper makes them on GPU ``target`` (a key of
     :data:`TARGETS`, whose default tiles may differ) for ``dtype`` and ``d_head``."""
-    from kernels.bench import KERNELS, random_inputs
+    from kernels.tooling.bench import KERNELS, random_inputs
 
     check_compilable()
     backend, arch, _ = TARGETS[target]
@@ -224,7 +224,7 @@ def _worker_init():
 
 def compile_matrix(out: str | Path, targets=tuple(TARGETS), dtypes=DTYPES, d_heads=HEAD_DIMS, ops=None,
                    defaults_only: bool = False, workers: int | None = None, progress=None) -> list[dict]:
-    """Compile every kernel of ``ops`` (default: all of :data:`kernels.bench.KERNELS`) for each
+    """Compile every kernel of ``ops`` (default: all of :data:`kernels.tooling.bench.KERNELS`) for each
     target, dtype and head dim, at every tile configuration of :data:`TILE_CONFIGS` (with
     ``defaults_only``, at the one the dispatcher picks), in ``workers`` processes (default: one
     per core); write ``out/compile.csv`` (:data:`COLUMNS`) and the binaries, and return the rows
@@ -232,7 +232,7 @@ def compile_matrix(out: str | Path, targets=tuple(TARGETS), dtypes=DTYPES, d_hea
     error); Triton's cache (``TRITON_CACHE_DIR``) makes a repeated run quick."""
     import pandas as pd
 
-    from kernels.bench import KERNELS
+    from kernels.tooling.bench import KERNELS
 
     for name, chosen, allowed in (("target", targets, TARGETS), ("dtype", dtypes, DTYPES),
                                   ("head dim", d_heads, HEAD_DIMS), ("kernel", ops or KERNELS, KERNELS)):

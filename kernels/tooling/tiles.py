@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import interpreting
+from kernels.tooling.common import interpreting
 
 HEAD_DIMS = (16, 32, 64, 128)
 
@@ -74,7 +74,7 @@ HOPPER_TILES = {"tra": TileConfig(64, 32, 4, 3), "fot": TileConfig(64, 64, 4, 3)
 
 
 def default_tiles(dtype: torch.dtype, d_head: int, arch: int | None = None, op: str | None = None) -> TileConfig:
-    """The tiles a GPU launch of ``op`` (a name of ``kernels.bench.KERNELS``) gets, chosen from the
+    """The tiles a GPU launch of ``op`` (a name of ``kernels.tooling.bench.KERNELS``) gets, chosen from the
     compile table (docs/explanation/kernels-and-cpu-path.md "Compiled for A100, H100 and MI300")
     and, on Hopper (``arch`` 90, the CUDA compute capability as major * 10 + minor), from the tile
     sweep measured on an H200 (:data:`HOPPER_TILES`). In half precision 64 x 32 up to head dim 64
@@ -119,7 +119,7 @@ def forced_tiles(config: TileConfig):
 @contextlib.contextmanager
 def compiling_for(arch: int | None):
     """Inside the block, :func:`gpu_arch` reports ``arch`` (None: not a CUDA GPU) whatever the
-    tensors' device: how ``kernels.aot`` captures the launches a given GPU would make."""
+    tensors' device: how ``kernels.tooling.aot`` captures the launches a given GPU would make."""
     global _target_arch
     before, _target_arch = _target_arch, arch
     try:
