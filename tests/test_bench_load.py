@@ -1,4 +1,4 @@
-"""``glitchlens bench threads`` and ``bench demo`` (``interp.bench_load``) and ``bench eval``'s
+"""``glitchlens bench threads`` and ``bench demo`` (``interp.bench.load``) and ``bench eval``'s
 roofline (``interp.bench.parallel_matmul_rate``): the rows and ratios they print, the busy
 process they start and stop, and the block of docs/results/benchmarks.md read from their CSVs.
 No time is asserted: the figures are ratios for a person to read."""
@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from interp import bench_load
+from interp.bench import load as bench_load
 from interp.bench import parallel_matmul_rate
 
 

@@ -1,4 +1,4 @@
-"""The thread count a command gives torch (``interp.threads``, ``--threads``): the cores the
+"""The thread count a command gives torch (``interp.cli.threads``, ``--threads``): the cores the
 load average leaves idle, at least one, unless ``--threads`` or ``OMP_NUM_THREADS`` says."""
 
 import os
@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from interp.cli import build_parser
-from interp.threads import choose_threads, idle_cores
+from interp.cli.threads import choose_threads, idle_cores
 
 
 @pytest.mark.parametrize("cpus, load, expected", [(2, 0.1, 2), (2, 1.2, 1), (2, 15.0, 1), (16, 3.4, 13), (4, 0.0, 4)])

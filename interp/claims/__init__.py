@@ -145,7 +145,7 @@ def attribution_markdown(root: Path = ROOT) -> str:
 # The generated blocks of the docs: (file, marker) -> what goes between the markers.
 def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
     """A block on lines of its own starts and ends with a newline; the README's is inline."""
-    from interp.bench_load import load_markdown
+    from interp.bench.load import load_markdown
     from interp.studies.campaign import throughput_markdown
 
     return {("docs/results/claims.md", "claims-table"): "\n" + to_markdown(frame),

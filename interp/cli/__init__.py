@@ -19,7 +19,7 @@ import sys
 
 from interp.cli.commands import COMMANDS, shown, stop_signals_ignored, train_configs
 from interp.cli.parser import build_parser
-from interp.threads import use_threads
+from interp.cli.threads import use_threads
 
 __all__ = ["build_parser", "main", "train_configs"]
 
