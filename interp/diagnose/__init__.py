@@ -60,7 +60,8 @@ from tqdm.auto import tqdm
 from interp.diagnose.report import Figures, render_html
 from interp.diagnose.run import LengthRun, attention_hooks, errors_by_dependency, run_lengths
 from interp.diagnose.sections import report_sections, specimen_name
-from interp.diagnose.summary import ATTENTION_FIELDS, FIELDS, Diagnosis, attention_fields, plain, tidy_frame
+from interp.diagnose.summary import (ATTENTION_FIELDS, FIELDS, Diagnosis, attention_fields, plain, require_finite,
+                                     tidy_frame)
 from interp.evaluate import BATCH_SIZE, checkpoint_task, evaluate_reads
 from interp.metrics import DEFAULT_LENGTHS
 from interp.outputs import check_free, moved, staged, writable_dir
@@ -197,17 +198,6 @@ def glitch_browser(model, checkpoint_path, reads: pd.DataFrame, n: int | None) -
                   skipped)
 
 
-def require_finite(model, checkpoint_path, what: str):
-    """``model``, if every parameter is finite; else a ValueError naming the first that is not:
-    its outputs, and so the ``what`` of them, would be NaN."""
-    from models.checkpoint import non_finite_tensors
-
-    bad = non_finite_tensors(model.state_dict())
-    if bad:
-        raise ValueError(f"{checkpoint_path}: parameter {bad[0]}{f' and {len(bad) - 1} more' if len(bad) > 1 else ''} "
-                         f"holds NaN or infinite values, so the {what} would be NaN: give a checkpoint of a run "
-                         "that did not diverge")
-    return model
 
 
 def write_outputs(out_dir: Path, metrics: dict, frame: pd.DataFrame, glitches: pd.DataFrame, rates: pd.DataFrame,

@@ -277,3 +277,16 @@ def tidy_frame(runs: dict[int, LengthRun], probe_length: int | None, rates: pd.D
     frame = frame.reindex(columns=[*FRAME_COLUMNS, *frame.columns.drop(FRAME_COLUMNS, errors="ignore")])
     # Integer columns that other metrics leave empty: nullable ints, not floats (layer "0", not "0.0").
     return frame.astype({c: "Int64" for c in INTEGER_COLUMNS if c in frame.columns})
+
+
+def require_finite(model, checkpoint_path, what: str):
+    """``model``, if every parameter is finite; else a ValueError naming the first that is not:
+    its outputs, and so the ``what`` of them, would be NaN."""
+    from models.checkpoint import non_finite_tensors
+
+    bad = non_finite_tensors(model.state_dict())
+    if bad:
+        raise ValueError(f"{checkpoint_path}: parameter {bad[0]}{f' and {len(bad) - 1} more' if len(bad) > 1 else ''} "
+                         f"holds NaN or infinite values, so the {what} would be NaN: give a checkpoint of a run "
+                         "that did not diverge")
+    return model

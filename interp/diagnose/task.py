@@ -134,7 +134,7 @@ def diagnose_task(checkpoint_path, out_dir, task_name: str | None = None, n: int
     """Diagnose a checkpoint of a registered task (the one it records; ``task_name``, when given,
     must be that one); see the module docstring. A file of these names already in ``out_dir``
     that glitchlens did not write is refused unless ``overwrite``."""
-    from interp.diagnose import require_finite
+    from interp.diagnose.summary import require_finite
     from interp.diagnose.circuits import glitch_circuits
     from interp.plots import layer_head_panels, task_heatmap_grid, to_html
     from models import load
