@@ -175,3 +175,16 @@ def test_the_device_throughput_is_computed_from_the_committed_log(tmp_path):
     assert "NVIDIA H200, 8 groups at once" in text
     assert "| runs/x/a seeds 0,1 | 2 | yes | trained | 100 | 2.0 | 50.0 | 100.0 |" in text
     assert "200 run-steps in 4 s of wall time: 50.0 runs x steps per second" in text
+
+
+def test_the_estimate_times_each_group_and_says_what_fits(tmp_path, capsys):
+    plan = write_plan(tmp_path, [
+        {"study": "cope-tasks", "out": str(tmp_path / "sweep"), "tasks": ["counting"], "models": ["ape"],
+         "seeds": [0, 1], "steps": 3},
+        {"study": "r6-levers", "out": str(tmp_path / "r6"), "match": "*-seed0"}])
+    rows = campaign.estimate(plan, tmp_path / "out", budget_s=1e9, jobs=2)
+    assert [(r["runs"], r["batched"], r["steps_left"], r["fits"]) for r in rows] == [(2, True, 3, True),
+                                                                                     (1, False, 1000, True)]
+    assert all(r["s_per_step"] > 0 for r in rows) and "dropout" in rows[1]["why_not_batched"]
+    assert "3 of 3 runs fit." in capsys.readouterr().out
+    assert not (tmp_path / "sweep").exists() and [p.name for p in (tmp_path / "out").iterdir()] == []

@@ -459,10 +459,10 @@ def estimate(plan: str | os.PathLike, out: str | os.PathLike, device: str = "cpu
     scratch = Path(tempfile.mkdtemp(prefix=".campaign-estimate-", dir=out))
     try:
         for number, group in enumerate(groups):
-            s_per_step, batched = _probe(group, device, scratch / str(number))
+            s_per_step, batched, why = _probe(group, device, scratch / str(number))
             steps_left = max(r.train_cfg.steps - _checkpoint_step(r.run_dir) for r in group.runs)
-            rows.append({"group": group.label, "runs": len(group.runs), "batched": batched, "s_per_step": s_per_step,
-                         "steps_left": steps_left,
+            rows.append({"group": group.label, "runs": len(group.runs), "batched": batched, "why_not_batched": why,
+                         "s_per_step": s_per_step, "steps_left": steps_left,
                          "seconds": s_per_step * steps_left * (1 if batched else len(group.runs))})
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -485,26 +485,29 @@ def schedule(seconds: list[float], jobs: int, limit: float | None) -> list[tuple
     return placed
 
 
-def _probe(group: Group, device: str, scratch: Path) -> tuple[float, bool]:
-    """Seconds per step of ``group`` on ``device`` and whether it trains batched, from the step
-    times its first :data:`PROBE_STEPS` steps log in ``scratch``."""
+def _probe(group: Group, device: str, scratch: Path) -> tuple[float, bool, str | None]:
+    """Seconds per step of ``group`` on ``device``, whether it trains batched and, if not, why, from
+    the step times its first :data:`PROBE_STEPS` steps log in ``scratch``."""
     from interp.training.batched import SeedRun, train_batched
     from interp.training.loop import train
 
-    first = group.runs[0]
-    if group.unbatched is None:
+    first, why = group.runs[0], group.unbatched
+    until = min(PROBE_STEPS, first.train_cfg.steps)
+    if why is None:
         seeds = [SeedRun(scratch / r.name, r.train_cfg) for r in group.runs]
+        errors = []
         for impl in dict.fromkeys([first.model_cfg.attention_impl, "reference"]):
             try:
-                train_batched(first.model_cfg, seeds, device, impl=impl, until=min(PROBE_STEPS, first.train_cfg.steps))
-                return _logged_seconds_per_step(seeds[0].out), True
+                train_batched(first.model_cfg, seeds, device, impl=impl, until=until)
+                return _logged_seconds_per_step(seeds[0].out), True, None
             except (KeyboardInterrupt, ValueError):
                 raise
-            except Exception:   # vmap refused this implementation's kernels
+            except Exception as err:   # vmap refused this implementation's kernels
+                errors.append(f"{impl}: {str(err).splitlines()[0][:200]}")
                 shutil.rmtree(scratch, ignore_errors=True)
-    train(first.model_cfg, first.train_cfg, scratch / first.name, progress=False, device=device,
-          until=min(PROBE_STEPS, first.train_cfg.steps))
-    return _logged_seconds_per_step(scratch / first.name), False
+        why = "vmap has no batching rule for its kernels: " + "; ".join(errors)
+    train(first.model_cfg, first.train_cfg, scratch / first.name, progress=False, device=device, until=until)
+    return _logged_seconds_per_step(scratch / first.name), False, why
 
 
 def _logged_seconds_per_step(run_dir: Path) -> float:
@@ -532,4 +535,6 @@ def estimate_table(rows: list[dict], device: str, jobs: int, limit: float | None
               f"{r['steps_left']} | {r['seconds']:.0f} | {r['begins_s']:.0f} - {r['ends_s']:.0f} | "
               f"{'yes' if r['fits'] else 'cut'} |" for r in rows]
     fitting = sum(r["runs"] for r in rows if r["fits"])
-    return "\n".join(lines) + f"\n\n{fitting} of {sum(r['runs'] for r in rows)} runs fit.\n"
+    reasons = sorted({f"- not batched, {r['why_not_batched']}" for r in rows if r["why_not_batched"]})
+    return ("\n".join(lines) + f"\n\n{fitting} of {sum(r['runs'] for r in rows)} runs fit.\n"
+            + "".join(f"{line}\n" for line in reasons))
