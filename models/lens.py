@@ -149,6 +149,21 @@ class GlitchLensCache(ActivationCache):
     def normalises_stream(self) -> bool:
         return self.model.cfg.norm_placement == "stream"
 
+    def rescales(self, method: str) -> bool:
+        """Whether ``method``'s components are rescaled through the later norms (a stream-norm
+        model); its first use on such a model warns, once per model and method
+        (:class:`TLMeaningWarning`), that they are not TransformerLens's raw outputs."""
+        if not self.normalises_stream:
+            return False
+        warned = self.model.__dict__.setdefault("_warned_tl_meaning", set())
+        if method not in warned:
+            warned.add(method)
+            warnings.warn(f"{method} on this {architecture(self.model)} returns each component rescaled through "
+                          "the norms after it, so that they add up to the stream; TransformerLens's own "
+                          f"(ActivationCache.{method}(cache, ...)) returns the raw outputs, which do not "
+                          "(docs/explanation/hooks-and-transformerlens.md)", TLMeaningWarning, stacklevel=3)
+        return True
+
     def norm_factors(self, layer: int, mlp_input: bool, pos_slice: Slice
                      ) -> Float[Tensor, "norm *batch_and_pos d_model"]:
         """``[2 layer + mlp_input + 1, *batch_and_pos, d_model]``: row ``n`` is the product of
@@ -197,7 +212,7 @@ class GlitchLensCache(ActivationCache):
 
     def decompose_resid(self, layer=None, mlp_input=False, mode="all", apply_ln=False, pos_slice=None,
                         incl_embeds=True, return_labels=False):
-        if not self.normalises_stream:
+        if not self.rescales("decompose_resid"):
             return super().decompose_resid(layer, mlp_input, mode, apply_ln, pos_slice, incl_embeds, return_labels)
         layer, pos_slice = target_layer(self.model, layer), as_slice(pos_slice)
         stack, labels = super().decompose_resid(layer, mlp_input, mode, False, pos_slice, incl_embeds, True)
@@ -205,7 +220,7 @@ class GlitchLensCache(ActivationCache):
         return self.finish(stack, labels, layer, mlp_input, pos_slice, apply_ln, return_labels)
 
     def stack_head_results(self, layer=-1, return_labels=False, incl_remainder=False, pos_slice=None, apply_ln=False):
-        if not self.normalises_stream:
+        if not self.rescales("stack_head_results"):
             return super().stack_head_results(layer, return_labels, incl_remainder, pos_slice, apply_ln)
         layer, pos_slice = target_layer(self.model, layer), as_slice(pos_slice)
         stack, labels = super().stack_head_results(layer, True, incl_remainder, pos_slice)
@@ -214,7 +229,7 @@ class GlitchLensCache(ActivationCache):
 
     def stack_neuron_results(self, layer, pos_slice=None, neuron_slice=None, return_labels=False,
                              incl_remainder=False, apply_ln=False, project_output_onto=None, mlp_input=False):
-        if not self.normalises_stream:
+        if not self.rescales("stack_neuron_results"):
             return super().stack_neuron_results(layer, pos_slice, neuron_slice, return_labels, incl_remainder,
                                                 apply_ln, project_output_onto, mlp_input)
         layer, pos_slice = target_layer(self.model, layer), as_slice(pos_slice)
@@ -228,7 +243,7 @@ class GlitchLensCache(ActivationCache):
         """TransformerLens's decomposition into every head, every neuron (each MLP with
         ``expand_neurons=False``), the embeddings and the biases; with ``norm_placement="stream"``
         each through the later norms, the biases too, so the ``"bias"`` row varies by position."""
-        if not self.normalises_stream:
+        if not self.rescales("get_full_resid_decomposition"):
             return super().get_full_resid_decomposition(layer, mlp_input, expand_neurons, apply_ln, pos_slice,
                                                         return_labels, project_output_onto)
         layer, pos_slice = target_layer(self.model, layer), as_slice(pos_slice)

@@ -245,6 +245,28 @@ def test_a_hook_meaning_something_else_warns_once_naming_the_tl_hook():
     assert diff.tl_meaning_elsewhere()["blocks.0.attn.hook_pattern"] == "blocks.0.attn.hook_pattern_tl"
 
 
+def test_a_rescaled_decomposition_warns_once_per_method_on_a_stream_norm_model():
+    """On a model that normalises its stream, the cache's decompositions return components
+    rescaled through the later norms (so they add up), not TransformerLens's raw outputs: the
+    first call of each method says so, naming TransformerLens's own; a pre-norm model is silent."""
+    stream = build_model(ModelConfig.from_preset("rope", "tiny", n_ctx=16, norm_placement="stream"))
+    _, cache = stream.run_with_cache("w1r1")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            cache.decompose_resid()
+            cache.stack_head_results()
+    messages = [str(w.message) for w in caught if w.category is TLMeaningWarning]
+    assert [m.split(" on this")[0] for m in messages] == ["decompose_resid", "stack_head_results"]
+    assert "ActivationCache.decompose_resid(cache, ...)" in messages[0] and "\n" not in messages[0]
+    pre = build_model(ModelConfig.from_preset("rope", "tiny", n_ctx=16))
+    _, cache = pre.run_with_cache("w1r1")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cache.decompose_resid()
+    assert not [w for w in caught if w.category is TLMeaningWarning]
+
+
 def test_the_task_vocabulary_reads_text():
     model = build_model(ModelConfig.from_preset("rope", "tiny", n_ctx=16))
     model.vocab = ("pass", "x=0", "x++", "0", "1")
