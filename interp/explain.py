@@ -56,6 +56,7 @@ from interp import circuits, plots
 from interp.diagnose.summary import plain
 from interp.evaluate import BATCH_SIZE, evaluate_reads, predict_reads
 from interp.tasks import SPLITS, load_split
+from interp.tasks.flipflop import split_size
 
 NAMED = 0.5                  # restored fraction that names a component
 WHERE_OFFSETS = range(0, 9)  # positions from the last write at which the stream is patched
@@ -382,6 +383,7 @@ def explain(checkpoint_path, out_dir, split: str | None = None, n: int = 100, pa
     split = split or "dense"
     if split not in SPLITS:
         raise ValueError(f"split {split!r}: flip-flop's canonical splits are {', '.join(SPLITS)}")
+    split_size(split, n)   # an n the split does not have is refused before the evaluation
     check_free(writable_dir(out_dir), ("report.md", "explain.json", "glitches.csv"), overwrite)  # before the passes
 
     model = require_finite(load(checkpoint_path, device=device), checkpoint_path, "attribution")

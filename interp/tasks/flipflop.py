@@ -129,15 +129,22 @@ TRAIN_P_I = 0.8
 CANONICAL_SEQ_LEN = 512
 
 
-def load_split(name: str, n: int | None = None, seq_len: int = CANONICAL_SEQ_LEN) -> np.ndarray:
-    """The first ``n`` sequences (default: all) of a canonical evaluation split."""
+def split_size(name: str, n: int | None = None) -> int:
+    """How many sequences of canonical split ``name`` the first ``n`` are (default: all): a
+    ValueError for an unknown split or an ``n`` it does not have, before any work."""
     if validate.text("name", name) not in SPLITS:
         raise ValueError(f"unknown split {name!r}; choose one of {', '.join(SPLITS)}")
-    split = SPLITS[name]
-    n = split.size if n is None else validate.integer("n", n)
-    if not 0 < n <= split.size:
-        raise ValueError(f"split {name!r} has {split.size} sequences; asked for n={n}")
-    return sample_ffl(n, seq_len, split.p_i, split.seed)
+    size = SPLITS[name].size
+    n = size if n is None else validate.integer("n", n)
+    if not 0 < n <= size:
+        raise ValueError(f"split {name!r} has {size} sequences; asked for n={n}")
+    return n
+
+
+def load_split(name: str, n: int | None = None, seq_len: int = CANONICAL_SEQ_LEN) -> np.ndarray:
+    """The first ``n`` sequences (default: all) of a canonical evaluation split."""
+    n = split_size(name, n)
+    return sample_ffl(n, seq_len, SPLITS[name].p_i, SPLITS[name].seed)
 
 
 # The seed of held-out FFL(0.8) sequences at any length: no canonical split uses it, and
