@@ -357,6 +357,7 @@ def test_data_refuses_to_replace_a_file_without_overwrite(tmp_path, capsys):
     (["diagnose", "{root}/ckpt", "--out", "{root}/a_file"], "--out .*a_file is a file"),
     (["hunt", "{root}/ckpt", "--out", "{root}/a_file"], "--out .*a_file is a file"),
     (["explain", "{root}/ckpt", "--out", "{root}/a_file"], "--out .*a_file is a file"),
+    (["explain", "tra-mech", "-n", "100000000", "--out", "{root}/x"], "split 'dense' has 3000 sequences"),
     (["eval", "{root}/ckpt", "--data", "{root}/long.jsonl"], "sequences of 20,000 tokens are longer than the 16,384"),
 ])
 def test_names_and_outputs_are_refused_before_any_work(capsys, files, monkeypatch, args, match):
