@@ -158,13 +158,13 @@ def integers(name: str, values, low: int | None = None, empty: bool = False) -> 
     return values
 
 
-def reals(name: str, values, low: float | None = None) -> list[float]:
-    """``values``, a non-empty sequence of finite numbers >= ``low``, as a list."""
+def reals(name: str, values, low: float | None = None, high: float | None = None) -> list[float]:
+    """``values``, a non-empty sequence of finite numbers in ``[low, high]``, as a list."""
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
         raise TypeError(f"{name} must be a sequence of numbers, got {shown(values)}")
     if is_array(values):
         values = array(name, values, "real", (0, 1), empty=True).reshape(-1).tolist()
-    values = [number(f"{name}[{i}]", v, low) for i, v in enumerate(values)]
+    values = [number(f"{name}[{i}]", v, low, high) for i, v in enumerate(values)]
     if not values:
         raise ValueError(f"{name} is empty; it needs at least one number")
     return values

@@ -76,6 +76,10 @@ def bit_flip_pairs(tokens, reads: pd.DataFrame | None = None) -> ReadPairs:
     """
     ids = token_ids_of("tokens", tokens, D_VOCAB).numpy()
     seq, position = _selected_reads(ids, reads)
+    not_read = ~read_mask(ids)[seq, position]
+    if not_read.any():
+        b = int(np.argmax(not_read))
+        raise ValueError(f"reads: position {position[b]} of sequence {seq[b]} is not an r instruction")
     write = last_write_positions(ids)[seq, position]
     pairs = np.flatnonzero(write >= 0)
     seq, position, write = seq[pairs], position[pairs], write[pairs]

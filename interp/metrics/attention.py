@@ -201,6 +201,8 @@ def summarise(frame: pd.DataFrame, over: Sequence[str] = ("head",), how: str = "
         raise ValueError(f"over: {missing} {'is not a column' if len(missing) == 1 else 'are not columns'} of the "
                          f"frame; choose from {[c for c in frame.columns if c not in DESCRIPTIVE]}")
     keys = [c for c in frame.columns if c not in over and c not in DESCRIPTIVE]
+    if not keys:
+        raise ValueError(f"over: {over} leaves no column of the frame to group by")
     return frame.groupby(keys, sort=True, dropna=False)["value"].agg(how).reset_index()
 
 
@@ -513,7 +515,7 @@ def raw_logits(q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batc
     the mechanism's rotation applied (RoPE for trela and TDA, ``models.attention.rope.apply_rope``),
     not their L2-normalised cosines (``hook_scores_1``, bounded by 1). Entries j > i are computed
     too; :func:`tail_probabilities` reads the causal ones only."""
-    q, k = (validate.array(name, x, "float", 4) for name, x in (("q", q), ("k", k)))
+    q, k = (torch.as_tensor(validate.array(name, x, "float", 4)) for name, x in (("q", q), ("k", k)))
     if q.shape != k.shape:
         raise ValueError(f"q and k must both be [batch, pos, head, d_head], got {tuple(q.shape)} and {tuple(k.shape)}")
     return torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) / math.sqrt(q.shape[-1])

@@ -102,7 +102,7 @@ def sample_mixture(
     rng: np.random.Generator | int | None = None,
 ) -> np.ndarray:
     """The long-tailed training mixture (App. B.3): each sequence picks its p_i uniformly."""
-    p_is = validate.reals("p_is", p_is, 0)
+    p_is = validate.reals("p_is", p_is, 0, 1)
     check_draw_size(n, validate.integer("seq_len", seq_len))
     rng = np.random.default_rng(validate.seed("rng", rng))
     choice = rng.integers(0, len(p_is), size=n)
