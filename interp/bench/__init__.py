@@ -576,7 +576,7 @@ def _print_rows(rows: list[dict], title: str) -> None:
 
 def run(what: str, args) -> int:
     if what in ("threads", "demo"):
-        from interp import bench_load
+        from interp.bench import load as bench_load
 
         for title, rows in bench_load.run(what, args):
             _print_rows(rows, title)
