@@ -20,7 +20,7 @@ from pathlib import Path
 THREADS_CSV = "threads.csv"
 STARTUP_CSV = "startup.csv"
 DEMO_CSV = "demo.csv"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager

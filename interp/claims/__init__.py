@@ -22,7 +22,7 @@ import pandas as pd
 
 from interp.claims.cope import COPE_CLAIMS
 from interp.claims.flipflop import FLIPFLOP_CLAIMS
-from interp.claims.sources import H200_KERNEL_RUNS, ROOT, sweep_counts
+from interp.claims.sources import H200_KERNEL_RUNS, ROOT, inputs_of, sweep_counts
 from interp.claims.tda import TDA_CLAIMS
 from interp.claims.tra import TRA_CLAIMS
 from interp.claims.verdicts import REASONS, VERDICTS, Claim, Evidence, verdict
@@ -106,11 +106,16 @@ def gpu_kernels_markdown(root: Path = ROOT) -> str:
             mine = frame[(frame.kernel == kernel) & (frame.impl == "triton")].set_index("T").fwd_bwd_vs_sdpa
             cells = [f"{mine[T]:.2f}" if T in mine.index else "" for T in lengths]
             lines.append(f"| {kernel} | `{Path(file).name}` ({what}) | " + " | ".join(cells) + " |")
-    goals = kernel_goals(frames[-1].fillna({"note": ""}).to_dict("records"))
-    lines += ["", f"The goals on `{Path(H200_KERNEL_RUNS[-1][0]).name}`:", "",
-              "| kernel | goal | worst | limit | met |", "|---|---|---|---|---|"]
-    lines += [f"| {g['kernel']} | {g['goal']} | {g['worst']:.2f} | {g['limit']:g} | {'yes' if g['met'] else 'no'} |"
-              for g in goals]
+    # each kind of inputs judged on the latest file that measured it
+    latest = {kind: (file, frame) for (file, _), frame in zip(H200_KERNEL_RUNS, frames) for kind in inputs_of(frame)}
+    rows = [row for kind, (_, frame) in latest.items()
+            for row in frame.assign(inputs=frame.get("inputs", kind)).fillna({"note": ""}).to_dict("records")
+            if row["inputs"] == kind]
+    lines += ["", "The goals, each kind of inputs on the latest file that measured it ("
+              + ", ".join(f"{kind}: `{Path(file).name}`" for kind, (file, _) in latest.items()) + "):", "",
+              "| kernel | inputs | goal | worst | limit | met |", "|---|---|---|---|---|---|"]
+    lines += [f"| {g['kernel']} | {g['inputs']} | {g['goal']} | {g['worst']:.2f} | {g['limit']:g} | "
+              f"{'yes' if g['met'] else 'no'} |" for g in kernel_goals(rows)]
     return "\n".join(lines) + "\n"
 
 

@@ -22,7 +22,14 @@ CACHE = RUNS / "claims"
 # The H200 kernel benchmarks, oldest first: (file, what differed); the last holds the kernels as they are.
 H200_KERNEL_RUNS = (("runs/gpu/bench-kernels-h200.csv", "TRA's backward with atomics; 16384 tokens a batch"),
                     ("runs/gpu/bench-kernels-h200-2.csv", "TRA's backward without atomics; 32768 tokens a batch"),
-                    ("runs/gpu/bench-kernels-h200-3.csv", "the same, at Hopper's own default tiles"))
+                    ("runs/gpu/bench-kernels-h200-3.csv", "the same, at Hopper's own default tiles"),
+                    ("runs/gpu/bench-kernels-h200-4.csv", "zero tiles skipped by default; each kernel on its "
+                                                          "specimen's inputs stretched to T (trained sparsity)"))
+
+
+def inputs_of(frame) -> set[str]:
+    """The kinds of inputs a ``bench kernels`` CSV measured on (files before ``--inputs``: random)."""
+    return set(frame["inputs"]) if "inputs" in frame else {"random"}
 
 
 def missing(path: Path) -> FileNotFoundError:
