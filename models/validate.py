@@ -80,7 +80,7 @@ def number(name: str, value, low: float | None = None, high: float | None = None
                or (high is not None and (value > high or (open_high and value == high))))
     if not math.isfinite(value) or outside:
         if low is not None and high is not None:
-            where = f" {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
+            where = f" in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
         elif low is not None:
             where = f" {'>' if open_low else '>='} {low}"
         else:

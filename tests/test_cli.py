@@ -155,7 +155,7 @@ def test_train_errors(capsys, files, args, match):
     (["eval", "{root}/ckpt", "--splits", "bogus"], r"unknown splits \['bogus'\]; choose from iid"),
     (["eval", "{root}/ckpt", "--splits", ","], "unknown splits"),
     (["eval", "{root}/ckpt", "--data", "{root}/seq16.jsonl", "--splits", "iid"], "give one of them"),
-    (["eval", "{root}/ckpt", "--device", "bogus"], "device 'bogus' is not usable"),
+    (["eval", "{root}/ckpt", "--device", "bogus"], "device 'bogus' is not a device name"),
     (["eval", "{root}/a_dir"], "no config.json"),
     (["eval", "{root}/a_file"], "is a file, not a GlitchLens checkpoint"),
     (["eval", "{root}/missing"], "no such checkpoint directory"),

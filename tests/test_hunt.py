@@ -175,7 +175,7 @@ def test_bad_settings_are_named():
         hunt(Oracle(), budget=0)
     with pytest.raises(ValueError, match="seq_len must be an even number"):
         hunt(Oracle(), seq_len=15)
-    with pytest.raises(ValueError, match="p_i must lie in"):
+    with pytest.raises(ValueError, match=r"p_i must be a finite number in \[0, 1\], got 1.5"):
         hunt(Oracle(), p_i=1.5)
     with pytest.raises(ValueError, match="not the flip-flop language's"):
         hunt(build_model(ModelConfig.from_preset("rope", "tiny", d_vocab=3)))

@@ -223,7 +223,7 @@ def _pattern(dtype=None):
     (lambda m: m.sink_ratio(_pattern(), key_pos=[-1]), ValueError, "key_pos: .* outside"),
     (lambda m: m.t_interval([1.0]), ValueError, "values must hold at least two draws"),
     (lambda m: m.t_interval([1.0, math.inf]), ValueError, "values holds NaN or infinite values"),
-    (lambda m: m.t_interval([1.0, 2.0], confidence=1), ValueError, r"confidence must be a finite number \(0, 1\)"),
+    (lambda m: m.t_interval([1.0, 2.0], confidence=1), ValueError, r"confidence must be a finite number in \(0, 1\)"),
     (lambda m: m.wilson_interval([1, 2], [3, 4, 5]), ValueError, "count .* and n .* must have one shape"),
     (lambda m: m.summarise(m.sparsity(_pattern()), how="banana"), ValueError, "how must be one of"),
     (lambda m: m.sink_eps([1, 2]), TypeError, "sink_frame must be a pandas DataFrame"),

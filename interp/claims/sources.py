@@ -27,9 +27,10 @@ H200_KERNEL_RUNS = (("runs/gpu/bench-kernels-h200.csv", "TRA's backward with ato
                                                           "specimen's inputs stretched to T (trained sparsity)"))
 
 
-def inputs_of(frame) -> set[str]:
-    """The kinds of inputs a ``bench kernels`` CSV measured on (files before ``--inputs``: random)."""
-    return set(frame["inputs"]) if "inputs" in frame else {"random"}
+def inputs_of(frame) -> list[str]:
+    """The kinds of inputs a ``bench kernels`` CSV measured on, in its order (files before
+    ``--inputs``: random)."""
+    return list(dict.fromkeys(frame["inputs"])) if "inputs" in frame else ["random"]
 
 
 def missing(path: Path) -> FileNotFoundError:
