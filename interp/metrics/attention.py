@@ -105,12 +105,15 @@ def layers_of(maps: Maps, argument: str) -> dict[int, Map]:
             for layer, a in maps.items()}
 
 
-def checked_map(argument: str, a, ndim: int | None = None) -> Float[Tensor, "*batch query_pos key_pos"]:
-    """``a`` as a detached tensor, or a one-line error naming ``argument``: a floating-point map
-    ``[*batch, query_pos, key_pos]`` (``ndim`` axes when given) with query_pos == key_pos, not empty,
-    finite on its causal entries (those above the diagonal are never read: raw scores hold any
-    value there). A map holding NaN there (a diverged model's) has no metrics."""
-    a = torch.as_tensor(validate.array(argument, a, "float", finite=False)).detach()
+def checked_map(argument: str, a, ndim: int | None = None, *, keep_graph: bool = False
+                ) -> Float[Tensor, "*batch query_pos key_pos"]:
+    """``a`` as a detached tensor (with ``keep_graph``, still in its autograd graph), or a one-line
+    error naming ``argument``: a floating-point map ``[*batch, query_pos, key_pos]`` (``ndim`` axes
+    when given) with query_pos == key_pos, not empty, finite on its causal entries (those above the
+    diagonal are never read: raw scores hold any value there). A map holding NaN there (a diverged
+    model's) has no metrics."""
+    a = torch.as_tensor(validate.array(argument, a, "float", finite=False))
+    a = a if keep_graph else a.detach()
     if a.ndim < 2 or a.shape[-1] != a.shape[-2] or (ndim is not None and a.ndim != ndim):
         axes = "[batch, head, query_pos, key_pos]" if ndim == 4 else "[*batch, query_pos, key_pos]"
         raise ValueError(f"{argument} must be {axes} with query_pos == key_pos, got shape {tuple(a.shape)}")
@@ -134,9 +137,10 @@ def causal(n: int, device=None) -> Bool[Tensor, "query_pos key_pos"]:
 def magnitudes(a: Float[Tensor, "*batch query_pos key_pos"]) -> Float[Tensor, "*batch query_pos key_pos"]:
     """|A_ij| in float32 with the entries j > i set to 0: the paper's masked absolute weights.
 
-    A helper of the TDA paper (``003_ffe354fecd74e1d6.txt``) Sec. 3 metrics.
+    A helper of the TDA paper (``003_ffe354fecd74e1d6.txt``) Sec. 3 metrics. Differentiable: the
+    sharpening regularisers (:func:`l1_normalised`, :func:`effective_entropy`) backpropagate through it.
     """
-    a = checked_map("a", a)
+    a = checked_map("a", a, keep_graph=True)
     return a.float().abs().masked_fill(~causal(a.shape[-1], a.device), 0.0)
 
 
