@@ -159,12 +159,15 @@ def integers(name: str, values, low: int | None = None, empty: bool = False) -> 
 
 
 def reals(name: str, values, low: float | None = None, high: float | None = None) -> list[float]:
-    """``values``, a non-empty sequence of finite numbers in ``[low, high]``, as a list."""
+    """``values``, a non-empty sequence of finite numbers in ``[low, high]``, as a list of the numbers
+    as given (checked, not converted: an integer stays an integer, e.g. for a chart's tick labels)."""
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
         raise TypeError(f"{name} must be a sequence of numbers, got {shown(values)}")
     if is_array(values):
         values = array(name, values, "real", (0, 1), empty=True).reshape(-1).tolist()
-    values = [number(f"{name}[{i}]", v, low, high) for i, v in enumerate(values)]
+    values = list(values)
+    for i, v in enumerate(values):
+        number(f"{name}[{i}]", v, low, high)
     if not values:
         raise ValueError(f"{name} is empty; it needs at least one number")
     return values
