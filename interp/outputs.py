@@ -98,7 +98,10 @@ def staged(out: str | os.PathLike, overwrite: bool = False, names: Iterable[str]
     keep = False
     try:
         yield stage
+        # the stage's own list (a writer of one file, staged_file, records there) is not an output:
+        # moved, it would replace --out's list with one that lacks the files recorded below
         files = sorted(path.relative_to(stage).as_posix() for path in stage.rglob("*") if not path.is_dir())
+        files = [name for name in files if name != MANIFEST]
         try:
             check_free(out, files, overwrite, option)
         except ValueError as err:
