@@ -40,7 +40,9 @@ without the check). A ``"mechanism"`` record on a built-in model, or on another 
 own, is refused. Every file is read through :func:`models.files.read_bytes` (a regular file of a
 sane size, JSON of a sane depth). A save lists what it writes in the folder's manifest
 (:data:`models.files.MANIFEST`) before writing it; the leftovers of an interrupted save that it
-deletes are the ones listed there, never a user's file that merely has the name's shape.
+deletes are the ones listed there, and the manifest's own temporary files
+(:data:`models.files.MANIFEST_TEMP`, which no list can name), never a user's file that merely has
+the shape of a checkpoint's names.
 
 Versions 1 (no ``files``; fixed names ``model.safetensors`` and ``training_state.safetensors``)
 and 2 are still read, without the record (they have none), their missing model-config fields at
@@ -212,7 +214,10 @@ def save(
     # their switch (listed in the manifest); never a file a hand-edited config names
     gone = {name for name in old - keep if _OWN_FILE.fullmatch(name) or name in V1_FILES.values()}
     gone |= {name for name in ours - keep if _OWN_FILE.fullmatch(name)}
-    for name in gone:
+    # and the manifest's temporary files of saves killed while they wrote it: one writer per
+    # directory, so no other save is writing one now
+    stale = {file.name for file in path.iterdir() if disk.MANIFEST_TEMP.fullmatch(file.name)}
+    for name in gone | stale:
         (path / name).unlink(missing_ok=True)
     disk.record(path, [], gone | {tmp_config.name})
     return path
@@ -368,14 +373,14 @@ def read_checkpoint(path: str | os.PathLike, role: str = MODEL) -> tuple[dict[st
             raise CheckpointError(f"{path}: this checkpoint has no {role.replace('_', ' ')} "
                                   "(it was not saved by a resumable training run)")
         file = path / name
-        if not os.path.lexists(file):
-            if read_config(path) != config:
-                continue
-            raise CheckpointError(f"{file}: missing; the checkpoint is incomplete")
         try:
             data = disk.read_bytes(file, "checkpoint tensor file")
         except ValueError as err:
-            raise CheckpointError(str(err)) from None
+            if os.path.lexists(file):
+                raise CheckpointError(str(err)) from None
+            if read_config(path) != config:   # a newer save replaced it, before or while it was opened
+                continue
+            raise CheckpointError(f"{file}: missing; the checkpoint is incomplete") from None
         tensors = _parse_tensors(file, data, role, config["format_version"])
         if config["format_version"] >= 3 or "architecture" in tensor_record(data):
             _check_architecture(file, _recorded_architecture(file, data), model_config(config, path))

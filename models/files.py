@@ -21,6 +21,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 MANIFEST = ".glitchlens-outputs.json"
+# The temporary file :func:`record` writes the list into (``tempfile.mkstemp``'s 8 characters);
+# a writer killed before its rename leaves one, which no list can name (it would list itself).
+MANIFEST_TEMP = re.compile(re.escape(MANIFEST) + r"\.[a-z0-9_]{8}\.tmp")
 MAX_INPUT_BYTES = 4 << 30        # data, weights: far above any file GlitchLens writes
 MAX_JSON_BYTES = 64 << 20        # config.json, result.json, captions.json, the manifest
 MAX_JSON_DEPTH = 64              # GlitchLens's own JSON nests a handful of levels
@@ -124,7 +127,7 @@ def record(out: Path, names: Iterable[str], gone: Iterable[str] = ()) -> None:
     writer deleted), atomically."""
     out = Path(out)
     files = sorted((written(out) | {str(name) for name in names}) - {str(name) for name in gone})
-    fd, tmp = new_file(out, f"{MANIFEST}.")
+    fd, tmp = new_file(out, f"{MANIFEST}.", ".tmp")   # a name of the shape MANIFEST_TEMP
     try:
         with os.fdopen(fd, "w") as f:
             json.dump({"written_by": "glitchlens", "files": files}, f, indent=1)
