@@ -100,15 +100,19 @@ def _fwd(Q1, K1, Q2, K2, V, TAU, LAM, Z, sq1, sk1, sq2, sk2, sv, sz, T, H,
 
 
 @triton.jit
-def _views(r1, r2, POWER: tl.constexpr, TWO_VIEWS: tl.constexpr):
-    """Both views of one tile and their derivatives, ``a1, g1, a2, g2``, from their rectified
-    scores (with one view, r2 is r1 and the second pair is the first)."""
-    a1, g1 = _view(r1, POWER)
+def _views(s1, s2, tau, causal, POWER: tl.constexpr, TWO_VIEWS: tl.constexpr):
+    """Both views of one tile and their derivatives, ``a1, g1, a2, g2`` (with one view, s2 is not
+    read and the second pair is the first), and ``support``: non-negative, and zero exactly where
+    every one of them is, so that a tile whose support is all zero adds exactly nothing to any
+    gradient. (The backward computes the views before its test, unlike the forward: testing the
+    rectified scores first kept more tiles live and spilled in the dK/dV kernels at Hopper's
+    default tiles.)"""
+    a1, g1 = _view(_excess(s1, tau, causal), POWER)
     if TWO_VIEWS:
-        a2, g2 = _view(r2, POWER)
-        return a1, g1, a2, g2
+        a2, g2 = _view(_excess(s2, tau, causal), POWER)
+        return a1, g1, a2, g2, a1 + g1 + a2 + g2
     else:
-        return a1, g1, a1, g1
+        return a1, g1, a1, g1, a1 + g1
 
 
 @triton.jit
@@ -144,11 +148,9 @@ def _bwd_dkdv(Q1, K1, Q2, K2, V, TAU, LAM, DO, DK1, DK2, DV, sq1, sk1, sq2, sk2,
         q1, q2 = _view_rows(Q1, Q2, offs_m, T, sq1, sq2, D, TWO_VIEWS)
         s1 = key_tile_products(q1, k1, Q1, K1, offs_m, offs_n, T, sq1, sk1, D, PREC)
         s2 = key_tile_products(q2, k2, Q2, K2, offs_m, offs_n, T, sq2, sk2, D, PREC) if TWO_VIEWS else s1
-        tau, causal = load_row(TAU, offs_m, T), causal_tile(offs_m, offs_n, T)
-        r1 = _excess(s1, tau, causal)
-        r2 = _excess(s2, tau, causal) if TWO_VIEWS else r1
-        if tile_needed(r1 + r2, SKIP_ZERO_TILES):
-            a1, g1, a2, g2 = _views(r1, r2, POWER, TWO_VIEWS)
+        a1, g1, a2, g2, support = _views(s1, s2, load_row(TAU, offs_m, T), causal_tile(offs_m, offs_n, T), POWER,
+                                         TWO_VIEWS)
+        if tile_needed(support, SKIP_ZERO_TILES):
             do = load_tile(DO, offs_m, T, so, D)
             w, ds1, ds2, _ = _tile_grads(a1, g1, a2, g2, key_tile_products(do, v, DO, V, offs_m, offs_n, T, so, sv, D,
                                                                            PREC), lam, TWO_VIEWS)
@@ -184,11 +186,8 @@ def _bwd_dq(Q1, K1, Q2, K2, V, TAU, LAM, DO, DQ1, DQ2, DTAU, DLAM, sq1, sk1, sq2
         k1, k2 = _view_rows(K1, K2, offs_n, T, sk1, sk2, D, TWO_VIEWS)
         s1 = tl.dot(q1, tl.trans(k1), input_precision=PREC)
         s2 = tl.dot(q2, tl.trans(k2), input_precision=PREC) if TWO_VIEWS else s1
-        causal = causal_tile(offs_m, offs_n, T)
-        r1 = _excess(s1, tau, causal)
-        r2 = _excess(s2, tau, causal) if TWO_VIEWS else r1
-        if tile_needed(r1 + r2, SKIP_ZERO_TILES):
-            a1, g1, a2, g2 = _views(r1, r2, POWER, TWO_VIEWS)
+        a1, g1, a2, g2, support = _views(s1, s2, tau, causal_tile(offs_m, offs_n, T), POWER, TWO_VIEWS)
+        if tile_needed(support, SKIP_ZERO_TILES):
             dA = tl.dot(do, tl.trans(load_tile(V, offs_n, T, sv, D)), input_precision=PREC)
             _, ds1, ds2, dA_a2 = _tile_grads(a1, g1, a2, g2, dA, lam, TWO_VIEWS)
             dq1 += tl.dot(ds1.to(k1.dtype), k1, input_precision=PREC)
@@ -219,9 +218,9 @@ class ThresholdAttentionFunction(torch.autograd.Function):
         z = torch.empty((B, T, H, D), dtype=v.dtype, device=v.device)
         _fwd[(triton.cdiv(T, meta["BLOCK_M"]), B * H)](
             q1, k1, q2, k2, v, tau, lam, z, q1.stride(), k1.stride(), q2.stride(), k2.stride(), v.stride(), z.stride(),
-            T, H, SKIP_ZERO_TILES=skip_zero_tiles, **meta)
+            T, H, SKIP_ZERO_TILES=skip_zero_tiles is not False, **meta)
         ctx.save_for_backward(q1, k1, q2, k2, v, tau, lam)
-        ctx.meta = {**meta, "SKIP_ZERO_TILES": skip_zero_tiles}
+        ctx.meta = {**meta, "SKIP_ZERO_TILES": skip_zero_tiles is True}
         return z
 
     @staticmethod
@@ -258,19 +257,22 @@ def _check_power(p: float) -> float:
 
 def threshold_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta, kappa=1.0, p: float = 2.0,
                         block_m: int | None = None, block_n: int | None = None,
-                        skip_zero_tiles: bool = True) -> torch.Tensor:
+                        skip_zero_tiles: bool | None = None) -> torch.Tensor:
     """Threshold rectified attention (``trela``): ``sum_j a_ij v_j`` before the output RMSNorm.
 
     Shapes and semantics in the module docstring. ``block_m``/``block_n`` override the tile
-    sizes (powers of two >= 16). ``skip_zero_tiles`` (on by default) decides per tile, from the
-    tile's largest rectified score ``max_ij (s_ij - tau_i)_+`` (one reduction of the scores every
-    tile needs anyway), whether anything survives the threshold; a tile where nothing does
-    computes no power, loads no V and runs no P V product in the forward pass, and in the
-    backward runs no load or product but the scores. Exact, bit for bit: such a tile adds
-    exactly zero to the output and to every gradient. (A cheaper bound from norms alone cannot
-    decide: q and k are L2-normalised, so Cauchy-Schwarz bounds a tile's scores by 1, above tau
-    at every length the models see.) ``skip_zero_tiles=False`` runs every tile, for comparison
-    (``kernels.tooling.bench.bench_zero_tile_skipping``, ``glitchlens bench tiles CKPT --skip-gain``)."""
+    sizes (powers of two >= 16). Skipping decides per tile, from the tile's largest rectified
+    score ``max_ij (s_ij - tau_i)_+`` (one reduction of the scores every tile needs anyway),
+    whether anything survives the threshold; a tile where nothing does computes no power, loads
+    no V and runs no P V product in the forward pass, and in the backward runs no load or
+    product but the scores. Exact, bit for bit: such a tile adds exactly zero to the output and
+    to every gradient. ``skip_zero_tiles``: None (the default) skips in the forward pass only,
+    True in both passes, False in neither (for comparison: ``kernels.tooling.bench.
+    bench_zero_tile_skipping``, ``glitchlens bench tiles CKPT --skip-gain``). The backward does
+    not skip by default because its test keeps more tiles live: the dK/dV kernels (and TDA's dQ)
+    spill registers at Hopper's default tiles with it (``bench kernels --compile-only``). (A
+    cheaper bound from norms alone cannot decide: q and k are L2-normalised, so Cauchy-Schwarz
+    bounds a tile's scores by 1, above tau at every length the models see.)"""
     B, T, H, D = check_heads(q, k, v)
     tau = _tau(B, T, H, D, beta, kappa, v.device)
     return ThresholdAttentionFunction.apply(q, k, None, None, v, tau, None, _check_power(p), block_m, block_n,
@@ -280,7 +282,7 @@ def threshold_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta,
 def differential_threshold_attention(q1: torch.Tensor, k1: torch.Tensor, q2: torch.Tensor, k2: torch.Tensor,
                                      v: torch.Tensor, beta, lam, kappa=1.0, p: float = 2.0,
                                      block_m: int | None = None, block_n: int | None = None,
-                                     skip_zero_tiles: bool = True) -> torch.Tensor:
+                                     skip_zero_tiles: bool | None = None) -> torch.Tensor:
     """Threshold differential attention (``tda``): ``sum_j (a1_ij - lam a2_ij) v_j`` before
     the output RMSNorm. As :func:`threshold_attention`, with a second view (q2, k2) sharing
     tau, p and V, and the inhibition strength ``lam`` (already in (0, 1); the models pass
