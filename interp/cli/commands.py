@@ -366,10 +366,12 @@ PIPED_WIDTH = 10_000
 
 
 def wide_console(**options):
-    """A rich console, as wide as the terminal, or :data:`PIPED_WIDTH` when the output is no terminal."""
+    """A rich console, as wide as the terminal, or, when the output is no terminal, as wide as
+    ``COLUMNS`` says if it is set (the user's own width), else :data:`PIPED_WIDTH`."""
     from rich.console import Console
 
-    return Console(width=None if sys.stdout.isatty() else PIPED_WIDTH, **options)
+    piped = None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else PIPED_WIDTH
+    return Console(width=piped, **options)
 
 
 def plain_console():
