@@ -364,6 +364,11 @@ def shown(text) -> str:
 # each cell; a table never comes near this wide, so it keeps the width it has on a wide terminal.
 PIPED_WIDTH = 10_000
 
+# The environment variables this module reads, {name: (default, meaning)} (docs/reference/environment.md).
+ENVIRONMENT_VARIABLES = {"COLUMNS": ("(unset)", "the width of the tables a command prints to a file or a pipe; "
+                                                "unset: the full width of each table (on a terminal, the "
+                                                "terminal's)")}
+
 
 def wide_console(**options):
     """A rich console, as wide as the terminal, or, when the output is no terminal, as wide as
