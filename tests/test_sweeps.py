@@ -152,19 +152,26 @@ def test_what_a_run_raises_reaches_the_sweep_whole(error):
     assert type(back) is type(error) and str(back) == str(error) and vars(back) == vars(error)
 
 
+def sweep_at_its_first_step(out):
+    """A two-run sweep (one worker) started as from a terminal, once its first run has logged a
+    step: the process and that run's log."""
+    proc = glitchlens_as_from_a_terminal("reproduce", "table1", "--models", "lstm,nope", "--seeds", "1", "--steps",
+                                         "3000", "--scale", "learning", "--jobs", "1", "--out", str(out))
+    proc.stdout.readline()
+    log = out / "runs" / "lstm-seed0" / "log.jsonl"
+    for _ in range(240):
+        if log.exists() and log.read_text().strip():
+            break
+        time.sleep(0.5)
+    return proc, log
+
+
 @pytest.mark.integration
 def test_ctrl_c_stops_a_sweep_in_one_line_with_the_running_run_saved_and_no_other_started(tmp_path):
     """Ctrl-C signals the sweep's whole process group: the run training saves its step, the run
     waiting for a worker does not start, and the command ends once no worker is left, in one line."""
     out = tmp_path / "sweep"
-    proc = glitchlens_as_from_a_terminal("reproduce", "table1", "--models", "lstm,nope", "--seeds", "1", "--steps",
-                                         "3000", "--scale", "learning", "--jobs", "1", "--out", str(out))
-    proc.stdout.readline()
-    log = out / "runs" / "lstm-seed0" / "log.jsonl"
-    for _ in range(240):   # until the first run has logged a step
-        if log.exists() and log.read_text().strip():
-            break
-        time.sleep(0.5)
+    proc, log = sweep_at_its_first_step(out)
     os.killpg(proc.pid, signal.SIGINT)
     try:
         _, err = proc.communicate(timeout=120)
@@ -199,14 +206,7 @@ def test_a_sweep_killed_with_sigkill_leaves_no_worker_and_the_running_run_saved(
     each worker is told by the kernel that its parent died, saves its run's step and exits."""
     psutil = pytest.importorskip("psutil")
     out = tmp_path / "sweep"
-    proc = glitchlens_as_from_a_terminal("reproduce", "table1", "--models", "lstm,nope", "--seeds", "1", "--steps",
-                                         "3000", "--scale", "learning", "--jobs", "1", "--out", str(out))
-    proc.stdout.readline()
-    log = out / "runs" / "lstm-seed0" / "log.jsonl"
-    for _ in range(240):   # until the first run has logged a step
-        if log.exists() and log.read_text().strip():
-            break
-        time.sleep(0.5)
+    proc, log = sweep_at_its_first_step(out)
     workers = [child for child in psutil.Process(proc.pid).children() if "resource_tracker" not in
                " ".join(child.cmdline())]
     assert workers, "the sweep has no worker"

@@ -364,19 +364,12 @@ def shown(text) -> str:
 # each cell; a table never comes near this wide, so it keeps the width it has on a wide terminal.
 PIPED_WIDTH = 10_000
 
-# The environment variables this module reads, {name: (default, meaning)} (docs/reference/environment.md).
-ENVIRONMENT_VARIABLES = {"COLUMNS": ("(unset)", "the width of the tables a command prints to a file or a pipe; "
-                                                "unset: the full width of each table (on a terminal, the "
-                                                "terminal's)")}
-
 
 def wide_console(**options):
-    """A rich console, as wide as the terminal, or, when the output is no terminal, as wide as
-    ``COLUMNS`` says if it is set (the user's own width), else :data:`PIPED_WIDTH`."""
+    """A rich console, as wide as the terminal, or :data:`PIPED_WIDTH` when the output is no terminal."""
     from rich.console import Console
 
-    piped = None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else PIPED_WIDTH
-    return Console(width=piped, **options)
+    return Console(width=None if sys.stdout.isatty() else PIPED_WIDTH, **options)
 
 
 def plain_console():
@@ -677,9 +670,11 @@ def cmd_pretrained(args) -> int:
             raise ValueError(f"--root {args.root}: an entry records a number that is not finite, which JSON "
                              "cannot hold; rebuild it") from None
         return 0
+    from rich.console import Console
     from rich.table import Table
 
-    console = plain_console()
+    # The listing is laid out for 100 columns (one line an entry); on a terminal, the terminal's.
+    console = plain_console() if sys.stdout.isatty() else Console(width=100, markup=False, highlight=False)
     if args.names:
         for row in rows:
             console.print(_entry_table(row))

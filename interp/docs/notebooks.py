@@ -44,6 +44,7 @@ REFRESH_HINT = "run `make notebooks` to execute the notebooks again and commit t
 # What legitimately differs between two runs of the same notebook, and what stands for it.
 VARYING = [
     (re.compile(r"^.*\d+%\|.*\|.*$", re.MULTILINE), "<progress bar>"),                       # tqdm
+    (re.compile(r"/[^\s'\"),]*/(?:models|interp|kernels)/[^\s'\"),:]*\.py"), "<source file>"),  # a warning's, any checkout
     (re.compile(re.escape(tempfile.gettempdir()) + r"/[^\s'\"),]*"), "<temporary path>"),
     (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),  # plotly div ids
     (re.compile(r"\b[0-9a-f]{16,}\b"), "<tag>"),          # a checkpoint's fresh file names per save
