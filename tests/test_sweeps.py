@@ -221,3 +221,21 @@ def test_a_sweep_killed_with_sigkill_leaves_no_worker_and_the_running_run_saved(
     saved = json.loads((log.parent / "config.json").read_text())["training"]["step"]
     assert saved == last_logged, "the worker saved the step it had reached"
     assert not (out / "runs" / "nope-seed0" / "log.jsonl").exists(), "no run started after the sweep died"
+
+
+def test_a_fresh_clone_resumes_every_committed_sweep():
+    """Each file committed at the top of a sweep's folder (runs.csv, summary.md, ...) is listed in
+    that folder's list of what glitchlens wrote, which is committed too: without it a resumed sweep
+    in a fresh clone refuses to rewrite its own report as a file glitchlens did not write."""
+    root = Path(__file__).resolve().parent.parent
+    listed = subprocess.run(["git", "ls-files", "runs"], cwd=root, capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    tracked = set(listed.stdout.split())
+    from models.files import MANIFEST, written
+    for name in sorted(tracked):
+        parts = Path(name).parts
+        if len(parts) == 3 and parts[2] != MANIFEST:
+            sweep = root / parts[0] / parts[1]
+            assert f"runs/{parts[1]}/{MANIFEST}" in tracked, f"{sweep / MANIFEST} is not committed"
+            assert parts[2] in written(sweep), f"{name} is not listed in {sweep / MANIFEST}"
