@@ -3,6 +3,7 @@
 - :mod:`interp.studies.specimens`: every trained model the project names, in one place (the
   pretrained entries' names, descriptions and how each is trained);
 - :mod:`interp.studies.pretrained`: building and listing the pretrained entries;
+- :mod:`interp.studies.scales`: the scales of a Table 1 sweep (preset, recipe, training budget);
 - :mod:`interp.studies.reproduce`: Table 1 and the recipe comparison, and the train-and-evaluate
   step every study run shares;
 - :mod:`interp.studies.registry`: the claim studies (``reproduce app-a``, ``tda-threshold``, ...),

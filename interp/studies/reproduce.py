@@ -25,11 +25,12 @@ Scales (the same for every model: no model is tuned more than another):
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from interp.outputs import read_bytes, staged, staged_file
+from interp.studies.scales import SCALES, Scale
 from interp.studies.sweeps import run_all
 
 if TYPE_CHECKING:  # pandas costs a second to import: only the commands that tabulate import it
@@ -49,32 +50,6 @@ PAPER_TABLE1: dict[str, dict[str, tuple[float, float]]] = {
     "diff": {"iid": (100, 0), "dense": (100, 0), "sparse": (77.8, 6.73)},
     "cope": {"iid": (100, 0), "dense": (100, 0), "sparse": (95.1, 4.4)},
     "tra": {"iid": (100, 0), "dense": (100, 0), "sparse": (100, 0)},
-}
-
-
-@dataclass(frozen=True)
-class Scale:
-    preset: str
-    steps: int
-    lr: float
-    batch_size: int
-    recipe: str                 # block, init, dropout and optimiser (interp.training.recipes)
-    eval_n: int | None = None   # at most this many sequences of each split and held out (None: whole splits)
-    eval_every: int = 100       # steps between the quick iid checks that time learning
-    seq_len: int = 512
-
-    def training(self, seed: int) -> dict[str, Any]:
-        """The TrainConfig fields of this scale's run of ``seed``, the quick checks aside."""
-        return {"seq_len": self.seq_len, "batch_size": self.batch_size, "steps": self.steps, "lr": self.lr,
-                "seed": seed}
-
-
-SCALES = {
-    "paper": Scale(preset="mini", steps=25_000, lr=1e-4, batch_size=64, recipe="authors-notebook"),
-    "cpu": Scale(preset="tiny", steps=1000, lr=1e-3, batch_size=16, eval_n=10_000, recipe="cpu-learning-authors",
-                 eval_every=200),
-    "learning": Scale(preset="tiny", steps=1000, lr=1e-3, batch_size=16, eval_n=1000, recipe="cpu-learning",
-                      eval_every=0, seq_len=128),
 }
 
 

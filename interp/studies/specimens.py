@@ -24,7 +24,7 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from interp.studies.reproduce import SCALES
+from interp.studies.scales import SCALES
 from interp.training.recipes import run_configs
 
 
