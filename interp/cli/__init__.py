@@ -83,7 +83,7 @@ def _main(argv: list[str] | None) -> int:
     command = "glitchlens"
     try:
         _register_mechanisms(argv)
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
         command = f"glitchlens {args.command}"
         args.argv = argv
         use_threads(args.threads)   # before anything imports torch

@@ -142,7 +142,8 @@ def resumed_configs(args):
         raise ValueError(f"{args.out} holds a checkpoint without training state; it cannot be resumed")
     model_cfg, _ = saved_configs(saved)
     train_cfg = TrainConfig.from_dict(saved["training"]["config"])
-    defaults = vars(build_parser().parse_args(["train", "--out", str(args.out)]))
+    train = ["train", "--out", str(args.out)]
+    defaults = vars(build_parser(train).parse_args(train))
     given = {dest for dest, value in vars(args).items() if dest in defaults and value != defaults[dest]}
     fixed = given & {"preset", "recipe"}
     if fixed:

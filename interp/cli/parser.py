@@ -1,11 +1,14 @@
 """``build_parser``: every ``glitchlens`` subcommand and option. It imports neither torch nor
 anything that does, so that ``--help`` answers at once, nor the commands: ``args.command`` names
-the one to run (:data:`interp.cli.commands.COMMANDS`).
+the one to run (:data:`interp.cli.commands.COMMANDS`). Each subcommand's options are added by a
+function of its own (:data:`SUBCOMMANDS`), called only for the subcommand the command line names:
+the names its help lists (models, presets, recipes, pretrained entries) are imported there.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 TRANSFORMERLENS_HELP = ("a TransformerLens model instead of a checkpoint: a Hugging Face name (gpt2, needs a network) "
                         "or a local directory holding one, loaded as a transformer_lens.TransformerBridge")
@@ -69,37 +72,66 @@ def _clip_norm(text: str) -> float | str:
     return "none" if text.lower() == "none" else float(text)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from interp.studies.specimens import ENTRIES
-    from interp.training.recipes import DEFAULT_RECIPE, RECIPES
-    from models import PRESETS
-    from models.mechanisms import MODEL_FAMILIES
-    from models.config import ATTENTION_IMPLS, INIT_SCHEMES, NORM_PLACEMENTS
-    from models.pretrained import PRETRAINED_DIR
-
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """Every subcommand with its options; given ``argv``, only the subcommand it names gets its
+    options. The others are listed with their summaries as ``glitchlens --help`` shows them, so
+    that a command builds only its own options and ``glitchlens --help`` imports none of the
+    modules that name the models, presets, recipes and pretrained entries in the options' help."""
     parser = argparse.ArgumentParser(prog="glitchlens", formatter_class=HelpFormatter,
                                      description="Train, evaluate and diagnose small transformers on the flip-flop "
                                                  "language. Each command is a thin layer over a library call.")
     parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 help="one of these; `glitchlens COMMAND --help` lists its options")
-
-    def command(name: str, summary: str) -> argparse.ArgumentParser:
+    named = None if argv is None else named_command(argv)
+    for name, (summary, add_options) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=summary, description=summary, formatter_class=HelpFormatter)
-        p.add_argument("--mechanism", action="append", metavar="[NAME=]MODULE:CLASS",
-                       help="import an attention mechanism of your own and register it as the model NAME (default: "
-                            "the class name, lower-case, less 'Attention'), here and in the processes this command "
-                            "starts; repeatable (docs/how-to/add-a-mechanism.md \"Your own mechanism\")")
-        p.add_argument("--threads", type=positive_int, default=None,
-                       help="torch threads, here and in the processes this command starts (default: "
-                            "OMP_NUM_THREADS if set, else the cores the load average leaves idle, at least 1: on a "
-                            "busy machine more threads than idle cores wait for each other; README \"Quick start\")")
-        return p
+        if argv is None or name == named:
+            _shared_options(p)
+            add_options(p)
+    return parser
 
-    checkpoint_help = (f"checkpoint directory, or the name of a pretrained model ({', '.join(ENTRIES)}; "
-                       "`glitchlens pretrained list`); a path that exists wins over a name")
 
-    p = command("data", "write flip-flop sequences in the text format (.jsonl or .parquet)")
+def named_command(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not an option (the options before
+    the subcommand, --help and --version, take no value)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+# name -> (summary, the function that adds its options), in the order `glitchlens --help` lists them
+SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {}
+
+
+def subcommand(name: str, summary: str) -> Callable:
+    """Registers the decorated function as the one that adds subcommand ``name``'s options."""
+    def register(add_options: Callable[[argparse.ArgumentParser], None]) -> Callable:
+        SUBCOMMANDS[name] = (summary, add_options)
+        return add_options
+    return register
+
+
+def _shared_options(p: argparse.ArgumentParser) -> None:
+    """The options of every subcommand."""
+    p.add_argument("--mechanism", action="append", metavar="[NAME=]MODULE:CLASS",
+                   help="import an attention mechanism of your own and register it as the model NAME (default: "
+                        "the class name, lower-case, less 'Attention'), here and in the processes this command "
+                        "starts; repeatable (docs/how-to/add-a-mechanism.md \"Your own mechanism\")")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="torch threads, here and in the processes this command starts (default: "
+                        "OMP_NUM_THREADS if set, else the cores the load average leaves idle, at least 1: on a "
+                        "busy machine more threads than idle cores wait for each other; README \"Quick start\")")
+
+
+def checkpoint_help() -> str:
+    """The help of a command's checkpoint argument, which names the pretrained entries."""
+    from interp.studies.specimens import ENTRIES
+
+    return (f"checkpoint directory, or the name of a pretrained model ({', '.join(ENTRIES)}; "
+            "`glitchlens pretrained list`); a path that exists wins over a name")
+
+
+@subcommand("data", "write flip-flop sequences in the text format (.jsonl or .parquet)")
+def _data_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", default="flipflop", metavar="NAME|MODULE:CLASS", help=TASK_HELP)
     p.add_argument("--split", required=True,
                    help="a canonical split of the task (flipflop: iid, sparse, dense; `glitchlens check-task NAME` "
@@ -113,7 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=output_path, required=True, help="file to write; .jsonl or .parquet")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists (without it, that is an error)")
 
-    p = command("train", "train a model on a flip-flop task and save a checkpoint")
+
+@subcommand("train", "train a model on a flip-flop task and save a checkpoint")
+def _train_options(p: argparse.ArgumentParser) -> None:
+    from interp.training.recipes import DEFAULT_RECIPE, RECIPES
+    from models.config import ATTENTION_IMPLS, INIT_SCHEMES, NORM_PLACEMENTS, PRESETS
+    from models.mechanisms import MODEL_FAMILIES
+
     p.add_argument("--model", type=model_name, default=None, metavar="MODEL",
                    help=f"architecture: attention mechanism and position embedding (models/config.py): "
                         f"{', '.join(MODEL_FAMILIES)}, or a mechanism of your own (--mechanism, or an installed "
@@ -199,9 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--linear-bias", action=argparse.BooleanOptionalAction, default=None,
                    help="biases on the MLP and the attention output projection (default off)")
 
-    p = command("eval", "glitch rates and sequence accuracy of a checkpoint (automaton models: state accuracy on "
-                        "fresh automaton sequences; --transformerlens: the light-switch test of a TransformerLens model)")
-    p.add_argument("checkpoint", nargs="?", help=checkpoint_help)
+
+@subcommand("eval", "glitch rates and sequence accuracy of a checkpoint (automaton models: state accuracy on "
+                    "fresh automaton sequences; --transformerlens: the light-switch test of a TransformerLens model)")
+def _eval_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", nargs="?", help=checkpoint_help())
     p.add_argument("--transformerlens", default=None, metavar="NAME_OR_PATH", help=TRANSFORMERLENS_HELP)
     p.add_argument("--lengths", type=positive_int, nargs="+", default=None,
                    help="--task light-switch: sequence lengths in sentences (default: 16 32 64 128)")
@@ -218,8 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
 
-    p = command("diagnose", "evaluate a checkpoint, measure its attention, write a self-contained report")
-    p.add_argument("checkpoint", nargs="?", help=checkpoint_help)
+
+@subcommand("diagnose", "evaluate a checkpoint, measure its attention, write a self-contained report")
+def _diagnose_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", nargs="?", help=checkpoint_help())
     p.add_argument("--transformerlens", default=None, metavar="NAME_OR_PATH", help=TRANSFORMERLENS_HELP)
     p.add_argument("--tokens", default=None, metavar="FILE",
                    help="--transformerlens: the .txt text or .jsonl token file whose sequences are measured")
@@ -238,12 +280,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print metrics.json instead of the summary table")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
 
-    p = command("explain", "name the components that carry the bit to the reads and the ones that corrupt it at "
-                           "the glitches (direct logit attribution, activation and path patching); the patching "
-                           "is the cost: one forward pass of --pairs sequences per head of every patched hook, per "
-                           "stream position and per path, for each kind of pair "
-                           "(docs/results/tools.md \"What explain costs\")")
-    p.add_argument("checkpoint", help=checkpoint_help)
+
+@subcommand("explain", "name the components that carry the bit to the reads and the ones that corrupt it at "
+                       "the glitches (direct logit attribution, activation and path patching); the patching "
+                       "is the cost: one forward pass of --pairs sequences per head of every patched hook, per "
+                       "stream position and per path, for each kind of pair "
+                       "(docs/results/tools.md \"What explain costs\")")
+def _explain_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", help=checkpoint_help())
     p.add_argument("--task", default=None, metavar="NAME|MODULE:CLASS", help=CHECKPOINT_TASK_HELP)
     p.add_argument("--split", default=None,
                    help="the canonical split whose glitches are explained (default: flip-flop's dense; another "
@@ -261,10 +305,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
 
-    p = command("hunt", "search for flip-flop sequences the model gets wrong (an evolutionary search over "
-                        "instruction and bit edits, longer sequences, denser distractors) against random sampling at "
-                        "the canonical sparse and dense settings, at an equal budget")
-    p.add_argument("checkpoint", help=checkpoint_help)
+
+@subcommand("hunt", "search for flip-flop sequences the model gets wrong (an evolutionary search over "
+                    "instruction and bit edits, longer sequences, denser distractors) against random sampling at "
+                    "the canonical sparse and dense settings, at an equal budget")
+def _hunt_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", help=checkpoint_help())
     p.add_argument("--task", default=None, metavar="NAME|MODULE:CLASS", help=CHECKPOINT_TASK_HELP)
     p.add_argument("--budget", type=positive_int, default=1024,
                    help="sequences each method scores: the guided search and each random baseline (a quarter of "
@@ -289,8 +335,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print hunt.json instead of the tables")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
 
-    p = command("reproduce", "sweeps over models and seeds: the TRA paper's Table 1 (table1), or which training "
-                             "recipe learns (recipes)")
+
+@subcommand("reproduce", "sweeps over models and seeds: the TRA paper's Table 1 (table1), or which training "
+                         "recipe learns (recipes)")
+def _reproduce_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("what", choices=["table1", "recipes", "app-a", "tda-threshold", "tda-threshold-long",
                                     "tda-threshold-4500", "sharpening", "mixture", "table1-budget", "lstm-r2",
                                     "app-a-extended", "r6-levers", "cope-tasks"],
@@ -328,9 +376,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no progress bar (it goes to stderr: the runs done, the time so far and an estimate of "
                         "what is left)")
 
-    p = command("campaign", "train a plan's runs of the studies on one device as fast as it goes: the seeds of a "
-                            "configuration batched into one model, several configurations at once, within a time "
-                            "budget (interp/studies/campaign.py; docs/how-to/run-on-a-gpu.md \"A campaign\")")
+
+@subcommand("campaign", "train a plan's runs of the studies on one device as fast as it goes: the seeds of a "
+                        "configuration batched into one model, several configurations at once, within a time "
+                        "budget (interp/studies/campaign.py; docs/how-to/run-on-a-gpu.md \"A campaign\")")
+def _campaign_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("plan", help="the plan: a JSON file of entries naming the studies' runs, in the order to train "
                                 "them (e.g. interp/studies/plans/h200.json)")
     p.add_argument("--out", type=output_path, required=True,
@@ -349,7 +399,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train nothing: measure each group's steps per second on --device and print what fits "
                         "in --budget-s")
 
-    p = command("pretrained", "list the shipped pretrained models, show one, or rebuild them from their recipes")
+
+@subcommand("pretrained", "list the shipped pretrained models, show one, or rebuild them from their recipes")
+def _pretrained_options(p: argparse.ArgumentParser) -> None:
+    from models.pretrained import PRETRAINED_DIR
+
     p.add_argument("action", nargs="?", choices=["list", "build"], default="list",
                    help="list: the entries with their accuracies; build: train them again from their recipes")
     p.add_argument("names", nargs="*",
@@ -367,7 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="list: the GPU specimens' full-split accuracies beside the TRA paper's Table 1 (markdown)")
     p.add_argument("--quiet", action="store_true", help="build: no progress bars (they go to stderr)")
 
-    p = command("figures", "reproduce the papers' mechanistic figures on the pretrained models")
+
+@subcommand("figures", "reproduce the papers' mechanistic figures on the pretrained models")
+def _figures_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=output_path, required=True,
                    help="directory for the PNG/HTML/CSV files, captions.json and index.md")
     p.add_argument("--overwrite", action="store_true",
@@ -379,7 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="table1.csv of `glitchlens reproduce table1` (without it the table1 figure is skipped)")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
 
-    p = command("bench", "benchmarks that print ratios measured side by side")
+
+@subcommand("bench", "benchmarks that print ratios measured side by side")
+def _bench_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("what", choices=["data", "models", "train", "diagnose", "kernels", "tiles", "eval", "attribution",
                                     "threads", "demo"],
                    help="what to time (docs/results/benchmarks.md \"Benchmarks\")")
@@ -430,23 +488,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=positive_int, default=1024, help="bench eval: first n sequences of the sparse split")
     p.add_argument("--no-baseline", action="store_true", help="bench eval: skip the previous evaluation loop")
 
-    p = command("check-mechanism", "check that an attention mechanism keeps the contract every tool relies on "
-                                   "(causality of outputs and gradients, hooks, determinism, gradients, half "
-                                   "precision, T = 0 and 1, longer inputs, fast paths) and print the measurements; "
-                                   "exit status 1 if a check fails")
+
+@subcommand("check-mechanism", "check that an attention mechanism keeps the contract every tool relies on "
+                               "(causality of outputs and gradients, hooks, determinism, gradients, half "
+                               "precision, T = 0 and 1, longer inputs, fast paths) and print the measurements; "
+                               "exit status 1 if a check fails")
+def _check_mechanism_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("mechanism", metavar="MODULE:CLASS",
                    help="the class to check ([NAME=]MODULE:CLASS, imported and registered), or the name of a registered "
                         "mechanism or model")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda (which also runs Triton kernels)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
-    p = command("check-task", "check that a task keeps the contract every tool relies on (seeded determinism, "
-                              "prefix-stable draws, splits, scored positions, answers consistent with the sequence); "
-                              "one line per check; exit status 1 if a check fails")
+
+@subcommand("check-task", "check that a task keeps the contract every tool relies on (seeded determinism, "
+                          "prefix-stable draws, splits, scored positions, answers consistent with the sequence); "
+                          "one line per check; exit status 1 if a check fails")
+def _check_task_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("task", metavar="NAME|MODULE:CLASS", help="a registered task, or the Task class to import and check")
 
-    p = command("claims", "the papers' claims tested: every claim's paper number, ours computed from the committed "
-                          "runs, figures and specimen measurements, and the verdict by one rule (interp/claims)")
+
+@subcommand("claims", "the papers' claims tested: every claim's paper number, ours computed from the committed "
+                      "runs, figures and specimen measurements, and the verdict by one rule (interp/claims)")
+def _claims_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=["md", "csv", "json"], default="md", help="how to print the table")
     p.add_argument("--write-docs", action="store_true",
                    help="write the table, its counts and the sweeps' run counts between the generated markers of "
@@ -455,7 +519,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="first recompute these specimen measurements into runs/claims/ (none named: all of them; "
                         "r1-checkpoints: the checkpoint study, a training run)")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr while measuring")
-    return parser
 
 
 def model_name(text: str) -> str:

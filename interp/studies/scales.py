@@ -2,7 +2,7 @@
 the size preset, recipe and training budget that every model of a sweep is trained with.
 
 Apart from the sweep, so that :mod:`interp.studies.specimens`, which names the pretrained entries
-for ``glitchlens --help``, reads them without importing the machinery that runs a sweep.
+in the commands' help, reads them without importing the machinery that runs a sweep.
 """
 
 from __future__ import annotations
