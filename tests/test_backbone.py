@@ -7,8 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kernels.tooling import native
 from models import ModelConfig, build_model
-from models.attention.rope import apply_rope
+from models.attention.rope import apply_rope, rotated_unit
 from models.attention.softmax import alibi_slopes
 
 SOFTMAX_MODELS = ["nope", "ape", "rel", "rope", "label", "alibi"]
@@ -105,6 +106,31 @@ def test_rope_is_the_pairwise_rotation_bit_for_bit():
         assert torch.equal(apply_rope(x), torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1))
     turned = apply_rope(torch.tensor([1.0, 0.0]).expand(1, 2, 1, 2))
     torch.testing.assert_close(turned[0, :, 0], torch.tensor([[1.0, 0.0], [math.cos(1.0), math.sin(1.0)]]))
+
+
+@pytest.mark.parametrize("rotate", [True, False])
+def test_rotated_unit_is_normalize_of_rope_forward_and_backward(rotate):
+    """trela's and TDA's q~, k~ with the hand-written backward, on its PyTorch path: the forward
+    floats of F.normalize(apply_rope(x)), and in float64 the gradient autograd takes through the two, on an
+    awkward shape (odd length, non-contiguous input) with rows of every size: zero, below F.normalize's
+    eps, and ordinary."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 7, 3, 10, generator=gen)
+    with native.switched_off():   # float32 on the CPU otherwise runs the C kernel (tests/test_native.py)
+        torch.testing.assert_close(rotated_unit(x, rotate), F.normalize(apply_rope(x) if rotate else x, dim=-1),
+                                   rtol=0, atol=0)
+    wide = torch.randn(2, 13, 3, 20, dtype=torch.float64, generator=gen)
+    wide[0, 3] = 0.0
+    wide[1, 5] *= 1e-14   # shorter than eps = 1e-12: divided by eps
+    x = wide[..., 5:15].requires_grad_()
+    d_out = torch.randn(2, 13, 3, 10, dtype=torch.float64, generator=gen)
+    grads = {}
+    for name, fn in {"rotated_unit": lambda t: rotated_unit(t, rotate),
+                     "reference": lambda t: F.normalize(apply_rope(t) if rotate else t, dim=-1)}.items():
+        out = fn(x)
+        grads[name] = (out, *torch.autograd.grad(out, x, d_out))
+    for what, ours, ref in zip(("forward", "dx"), grads["rotated_unit"], grads["reference"]):
+        torch.testing.assert_close(ours, ref, rtol=1e-12, atol=1e-12, msg=lambda m: f"{what}: {m}")
 
 
 def test_ape_refuses_inputs_longer_than_its_table():

@@ -5,6 +5,7 @@ split over threads; the paths that dispatch to them; and the build: a missing co
 back to the PyTorch paths with a warning, a built library is reused, and loading it leaves the
 process's float arithmetic alone."""
 
+import contextlib
 import subprocess
 import sys
 import warnings
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 import models
 from interp.evaluate import predict_reads
@@ -23,6 +25,7 @@ from kernels.cope.rows import cope_rows
 from kernels.threshold.reference import differential_threshold_reference, threshold_reference
 from kernels.threshold.rows import differential_threshold_rows, threshold_rows
 from models.attention.diff import diff_reference
+from models.attention.rope import apply_rope, rotated_unit
 from models.attention.diff import rows_attention as diff_rows
 from models.attention.softmax import rows_attention as softmax_rows
 from models.attention.softmax import softmax_reference
@@ -193,6 +196,35 @@ def test_the_cpu_paths_dispatch_to_the_kernels_only_without_gradients(monkeypatc
     for path in paths:
         path().sum().backward()
     assert len(calls) == 5, "a forward that wants gradients ran a native kernel"
+
+
+@used_here
+@pytest.mark.parametrize("rotate", [True, False])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 2), (2, 37, 3, 20), (3, 5, 2, 64)])
+def test_rotated_unit_and_its_gradient_match_the_pytorch_functions(rotate, shape):
+    """trela's and TDA's q~, k~ (RoPE, then unit length) and their gradient, which run in training
+    too: the C kernel against autograd through apply_rope and F.normalize, on a non-contiguous
+    input with a zero row and one shorter than F.normalize's eps, its gradient arriving in the heads-first
+    layout the rows path hands back; u is laid out for that path (heads first, no copy)."""
+    gen = torch.Generator().manual_seed(8)
+    B, T, H, D = shape
+    wide = torch.randn(B, T, H, D + 3, generator=gen)
+    wide[0, 0, 0] = 0.0
+    wide[-1, -1, -1] *= 1e-14
+    x = wide[..., 3:].requires_grad_()
+    d_u = torch.randn(B, H, T, D, generator=gen).transpose(1, 2)
+    results = {}
+    for path in ("native", "pytorch"):
+        with contextlib.nullcontext() if path == "native" else native.switched_off():
+            u = rotated_unit(x, rotate)
+            results[path] = (u, *torch.autograd.grad(u, x, d_u))
+    reference = F.normalize(apply_rope(x) if rotate else x, dim=-1)
+    expected = (reference, *torch.autograd.grad(reference, x, d_u))
+    assert results["native"][0].transpose(1, 2).is_contiguous()
+    for path, got in results.items():
+        for what, ours, ref in zip(("u", "dx"), got, expected):
+            scale = ref.abs().max().clamp(min=1.0)   # the tiny row's gradient is du / eps: ~1e12
+            torch.testing.assert_close(ours / scale, ref / scale, **TOLERANCE, msg=lambda m: f"{path} {what}: {m}")
 
 
 @used_here

@@ -1,6 +1,7 @@
 /* Fused CPU attention for a forward without backward (the evaluation's): the core of softmax
- * attention, Diff, CoPE, trela and TDA, with no [query, key] tensor in memory. Built and
- * loaded by kernels/tooling/native.py.
+ * attention, Diff, CoPE, trela and TDA, with no [query, key] tensor in memory; and, at the end,
+ * trela's and TDA's rotated unit queries and keys with their gradient (training's too). Built
+ * and loaded by kernels/tooling/native.py.
  *
  * Work goes by groups of GROUP query rows of one sequence-head, so that each key (a vector of
  * LANES keys' values of one dimension) loaded from memory serves GROUP rows. Per group:
@@ -288,4 +289,69 @@ int threshold_attention(const float *q1, const float *k1T, const float *q2, cons
     const Rule rule = {.lam = lam, .p = p, .tau = tau, .n_pos = n_pos};
     return views_attention(q1, k1T, q2, k2T, v, rows, n_bh, n_pos, n_rows, d, d_value, 1.0f, threshold_weights,
                            &rule, z);
+}
+
+/* trela's and TDA's q~ and k~ with their gradient (these two run in training too): a row y =
+ * RoPE(x) (cos_both, sin_signed [n_pos, d], a row rotating to x cos_both + roll(x, d / 2)
+ * sin_signed; no rotation when cos_both is NULL), its length |y| and its unit u = y / max(|y|,
+ * eps). A row of shape [batch, pos, head] sits at b * s[0] + t * s[1] + h * s[2] of its tensor,
+ * its d entries consecutive; `length` is [batch, pos, head] contiguous. The rotated row is built
+ * in a buffer of d floats, so each row is read and written once. */
+static void rotate(const float *x, const float *c, const float *s, int64_t d, float sign, float *y) {
+    const int64_t half = d / 2;
+    if (!c) {
+        for (int64_t j = 0; j < d; j++)
+            y[j] = x[j];
+        return;
+    }
+    for (int64_t j = 0; j < half; j++)
+        y[j] = x[j] * c[j] + sign * x[j + half] * s[j];
+    for (int64_t j = half; j < d; j++)
+        y[j] = x[j] * c[j] + sign * x[j - half] * s[j];
+}
+
+int rotated_unit_forward(const float *x, const int64_t *xs, const float *cos_both, const float *sin_signed,
+                         int64_t n_batch, int64_t n_pos, int64_t n_heads, int64_t d, float eps, float *u,
+                         const int64_t *us, float *length) {
+    float y[d];
+    for (int64_t b = 0; b < n_batch; b++)
+        for (int64_t t = 0; t < n_pos; t++)
+            for (int64_t h = 0; h < n_heads; h++) {
+                const float *c = cos_both ? cos_both + t * d : NULL, *s = sin_signed ? sin_signed + t * d : NULL;
+                rotate(x + b * xs[0] + t * xs[1] + h * xs[2], c, s, d, 1.0f, y);
+                float squares = 0.0f;
+                for (int64_t j = 0; j < d; j++)
+                    squares += y[j] * y[j];
+                const float norm = sqrtf(squares), scale = 1.0f / fmaxf(norm, eps);
+                float *out = u + b * us[0] + t * us[1] + h * us[2];
+                for (int64_t j = 0; j < d; j++)
+                    out[j] = y[j] * scale;
+                length[(b * n_pos + t) * n_heads + h] = norm;
+            }
+    return 0;
+}
+
+/* dx from du: dy = (du - u (u . du)) / |y| where |y| >= eps, du / eps below; dx = dy turned by
+ * the opposite angles, dy cos_both - roll(dy, d / 2) sin_signed. */
+int rotated_unit_backward(const float *u, const int64_t *us, const float *length, const float *du,
+                          const int64_t *dus, const float *cos_both, const float *sin_signed, int64_t n_batch,
+                          int64_t n_pos, int64_t n_heads, int64_t d, float eps, float *dx, const int64_t *dxs) {
+    float dy[d];
+    for (int64_t b = 0; b < n_batch; b++)
+        for (int64_t t = 0; t < n_pos; t++)
+            for (int64_t h = 0; h < n_heads; h++) {
+                const float *u_row = u + b * us[0] + t * us[1] + h * us[2];
+                const float *du_row = du + b * dus[0] + t * dus[1] + h * dus[2];
+                const float norm = length[(b * n_pos + t) * n_heads + h];
+                float along = 0.0f;
+                for (int64_t j = 0; j < d; j++)
+                    along += u_row[j] * du_row[j];
+                along = norm < eps ? 0.0f : along;
+                const float scale = 1.0f / fmaxf(norm, eps);
+                for (int64_t j = 0; j < d; j++)
+                    dy[j] = (du_row[j] - u_row[j] * along) * scale;
+                const float *c = cos_both ? cos_both + t * d : NULL, *s = sin_signed ? sin_signed + t * d : NULL;
+                rotate(dy, c, s, d, -1.0f, dx + b * dxs[0] + t * dxs[1] + h * dxs[2]);
+            }
+    return 0;
 }

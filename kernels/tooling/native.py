@@ -1,6 +1,8 @@
-"""Fused C kernels for the CPU forward without gradients (the evaluation's), ``kernels/tooling/native.c``:
-the attention core of softmax attention without a bias (NoPE, APE, Label, RoPE), Diff, CoPE,
-trela and TDA, four query rows at a time, each loop vectorised along the keys.
+"""Fused C kernels for the CPU, ``kernels/tooling/native.c``: for the forward without gradients (the
+evaluation's) the attention core of softmax attention without a bias (NoPE, APE, Label, RoPE),
+Diff, CoPE, trela and TDA, four query rows at a time, each loop vectorised along the keys; in
+training too, trela's and TDA's q~ and k~ (RoPE then unit length) and their gradient, one pass
+over each row each way where PyTorch makes about ten (:func:`rotated_unit_forward`).
 
 At the ``mech`` head size (d_head 16, 8 per Diff view) PyTorch's own paths are far from the
 matmul roofline (its fused attention does about 40 GFLOP/s there, of 160-200): each query
@@ -64,6 +66,8 @@ SIGNATURES = {
     "softmax_attention": [_PTR] * 6 + [_I64] * 5 + [_F32, _F32, _PTR],
     "cope_attention": [_PTR] * 5 + [_I64] * 6 + [_F32, _PTR],
     "threshold_attention": [_PTR] * 7 + [_I64] * 5 + [_F32, _F32, _PTR],
+    "rotated_unit_forward": [_PTR] * 4 + [_I64] * 4 + [_F32, _PTR, _PTR, _PTR],
+    "rotated_unit_backward": [_PTR] * 7 + [_I64] * 4 + [_F32, _PTR, _PTR],
 }
 PAD = 16  # native.c's PAD: keys and values are padded to a multiple of it, a multiple of every vector width
 
@@ -167,12 +171,18 @@ MIN_LANES = 8
 
 
 def usable(*tensors: torch.Tensor) -> bool:
-    """Whether the native kernels run on ``tensors``: switched on, built with vectors of at least
-    :data:`MIN_LANES` floats, on the CPU, no gradient wanted, and not float64 (kept for
-    gradchecks on the PyTorch paths)."""
-    if not (_switched_on and all(t.device.type == "cpu" and t.dtype != torch.float64 for t in tensors)):
-        return False
+    """Whether the native attention kernels run on ``tensors``: :func:`trainable`, and no gradient
+    wanted."""
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    return trainable(*tensors)
+
+
+def trainable(*tensors: torch.Tensor) -> bool:
+    """Whether the native kernels that have a backward (:func:`rotated_unit_forward`) run on
+    ``tensors``: switched on, built with vectors of at least :data:`MIN_LANES` floats, on the CPU,
+    and not float64 (kept for gradchecks on the PyTorch paths)."""
+    if not (_switched_on and all(t.device.type == "cpu" and t.dtype != torch.float64 for t in tensors)):
         return False
     lib = library()
     return lib is not None and lib.vector_lanes() >= MIN_LANES
@@ -224,14 +234,19 @@ def _run(kernel: str, chunked: list[torch.Tensor | None], shared: list[torch.Ten
         if status:
             raise MemoryError(f"{kernel}: could not allocate its row buffers")
 
-    workers = max(1, min(torch.get_num_threads(), n_bh))
-    bounds = [n_bh * w // workers for w in range(workers + 1)]
+    _split(n_bh, call)
+    return heads_last(z[..., :v.shape[-1]], v)
+
+
+def _split(n: int, call) -> None:
+    """``call(lo, hi)`` over ``0..n`` in one chunk per torch thread (the C calls release the GIL)."""
+    workers = max(1, min(torch.get_num_threads(), n))
+    bounds = [n * w // workers for w in range(workers + 1)]
     if workers == 1:
-        call(0, n_bh)
+        call(0, n)
     else:
         with ThreadPoolExecutor(workers) as pool:
             list(pool.map(call, bounds[:-1], bounds[1:]))
-    return heads_last(z[..., :v.shape[-1]], v)
 
 
 def softmax_attention(q, k, v, positions: torch.Tensor | None = None) -> torch.Tensor:
@@ -271,3 +286,55 @@ def threshold_attention(tau, v, q1, k1, q2=None, k2=None, lam: float = 0.0, p: f
     second = [None, None] if q2 is None else [heads_first(q2), _keys_last(k2)]
     tensors = [heads_first(q1), _keys_last(k1), *second, per_row(tau).contiguous(), _values(v)]
     return _run("threshold_attention", tensors, [], positions, v, [q1.shape[-1]], [float(lam), float(p)])
+
+
+def _row_strides(x: torch.Tensor) -> ctypes.Array:
+    """The batch, position and head strides of ``x [batch, pos, head, d]`` (its rows consecutive),
+    as the C kernels take them."""
+    return (_I64 * 3)(*x.stride()[:3])
+
+
+def _tables(rotation: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[list[torch.Tensor], list[int | None]]:
+    """RoPE's tables ``(cos_both, sin_signed)`` made contiguous (kept alive by the caller) and
+    their pointers, or NULLs for no rotation."""
+    tables = [] if rotation is None else [t.contiguous() for t in rotation]
+    return tables, [t.data_ptr() for t in tables] or [None, None]
+
+
+def rotated_unit_forward(x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor] | None, eps: float
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(u, length)``: the float32 ``x [batch, pos, head, d]`` rotated by ``rotation`` (RoPE's
+    ``(cos_both, sin_signed)`` ``[1, pos, 1, d]``, or None) and scaled to unit length, and each
+    row's length ``[batch, pos, head, 1]`` (:class:`models.attention.rope.RotatedUnit`'s forward). u is
+    laid out heads first, so that :func:`kernels.tooling.rows.heads_first` reads it without a copy."""
+    B, T, H, D = x.shape
+    x = x.contiguous() if x.stride(-1) != 1 else x
+    u = x.new_empty(B, H, T, D).transpose(1, 2)
+    length = x.new_empty(B, T, H, 1)
+    tables, table_pointers = _tables(rotation)
+    xs, us = _row_strides(x), _row_strides(u)
+
+    def call(lo: int, hi: int) -> None:
+        library().rotated_unit_forward(x[lo:hi].data_ptr(), xs, *table_pointers, hi - lo, T, H, D, eps,
+                                       u[lo:hi].data_ptr(), us, length[lo:hi].data_ptr())
+
+    _split(B, call)
+    return u, length
+
+
+def rotated_unit_backward(u: torch.Tensor, length: torch.Tensor, du: torch.Tensor,
+                          rotation: tuple[torch.Tensor, torch.Tensor] | None, eps: float) -> torch.Tensor:
+    """The gradient of :func:`rotated_unit_forward`'s x from its ``u``, ``length`` and u's gradient
+    ``du`` (any layout whose rows are consecutive), contiguous ``[batch, pos, head, d]``."""
+    B, T, H, D = u.shape
+    du = du.contiguous() if du.stride(-1) != 1 else du
+    dx = torch.empty(B, T, H, D, dtype=u.dtype)
+    tables, table_pointers = _tables(rotation)
+    us, dus, dxs = _row_strides(u), _row_strides(du), _row_strides(dx)
+
+    def call(lo: int, hi: int) -> None:
+        library().rotated_unit_backward(u[lo:hi].data_ptr(), us, length[lo:hi].data_ptr(), du[lo:hi].data_ptr(), dus,
+                                        *table_pointers, hi - lo, T, H, D, eps, dx[lo:hi].data_ptr(), dxs)
+
+    _split(B, call)
+    return dx
