@@ -63,17 +63,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from kernels.tooling.common import upcast
 from kernels.threshold.reference import differential_threshold_reference, threshold_reference
 from kernels.threshold.rows import differential_threshold_rows, threshold_rows
 from models.attention.base import Attention, imported_on_call, register, rms_normalise
 from models.attention.diff import OUTPUT_NORM_EPS
-from models.attention.rope import apply_rope
+from models.attention.rope import rotated_unit
 
 
 @dataclass
@@ -115,11 +113,9 @@ class ThresholdAttention(Attention):
         self.hook_view_1 = HookPoint()
 
     def unit(self, x: torch.Tensor) -> torch.Tensor:
-        """q~ or k~: RoPE (optional) then L2 normalisation, in float32."""
-        x = upcast(x)
-        if self.options.rope:
-            x = apply_rope(x)
-        return F.normalize(x, dim=-1)
+        """q~ or k~: RoPE (optional) then L2 normalisation, in float32, with the backward written
+        out (:func:`models.attention.rope.rotated_unit`)."""
+        return rotated_unit(x, self.options.rope)
 
     def core_options(self) -> dict:
         return {"beta": self.beta, "kappa": self.options.kappa, "p": self.options.p}
