@@ -131,6 +131,35 @@ def test_cope_positions_clamped_to_a_small_table():
                                    **TOLERANCE)
 
 
+@used_here
+@pytest.mark.parametrize("shape, p_max", [((1, 1, 1, 16), 2), ((2, 70, 3, 20), 71), ((2, 50, 2, 16), 4)],
+                         ids=["T1", "full-table", "clamped"])
+def test_cope_training_rule_matches_the_reference_forward_and_backward(monkeypatch, shape, p_max):
+    """CoPE's C rule in training (kernels.cope.rows.NativeCoPERule) against the float64 reference,
+    forward and the gradients of q, k, v and the table, in blocks of 16 rows (T = 70 ends in a partial
+    one), with positions spread over the table and, with 4 rows, clamped: as close as the float32
+    reference is, up to a factor of 4, plus 1e-5 (each tensor named on failure)."""
+    import kernels.tooling.rows
+
+    monkeypatch.setattr(kernels.tooling.rows, "ROWS", 16)
+    calls = []
+    monkeypatch.setattr(native, "cope_positions", lambda *a, run=native.cope_positions: calls.append(1) or run(*a))
+    B, T, H, D = shape
+    q, k, v, *_ = draw(B, T, H, D, seed=9)
+    inputs = [2 * q, 2 * k, v, torch.randn(p_max, D, generator=torch.Generator().manual_seed(1))]
+    d_z = torch.randn(B, T, H, D, generator=torch.Generator().manual_seed(2))
+    results = {}
+    for name, fn, dtype in [("rows", cope_rows, torch.float32), ("reference", cope_reference, torch.float32),
+                            ("exact", cope_reference, torch.float64)]:
+        leaves = [t.to(dtype).requires_grad_() for t in inputs]
+        z = fn(*leaves)
+        results[name] = (z, *torch.autograd.grad(z, leaves, d_z.to(dtype)))
+    assert calls, "the native rule did not run"
+    for what, ours, reference, exact in zip(("z", "dq", "dk", "dv", "d_table"), *results.values()):
+        error, reference_error = ((t.double() - exact).abs().max() for t in (ours, reference))
+        assert error <= 4 * reference_error + 1e-5, f"{what}: {error:.3g} against the float32 reference's {reference_error:.3g}"
+
+
 def test_threshold_rows_where_nothing_survives_are_zero():
     """beta large enough that no key passes tau beyond the first rows: those rows output exactly 0."""
     q, k, v, q2, k2 = (unit(t) for t in draw(2, 30, 2, 16, seed=4))

@@ -355,3 +355,73 @@ int rotated_unit_backward(const float *u, const int64_t *us, const float *length
             }
     return 0;
 }
+
+/* CoPE's logits and their gradient in training (CoPE paper eq. 3-9, kernels/cope/rows.py), for the
+ * PyTorch blocks of query rows: a block holds the rows first_row .. first_row + n_rows - 1 of each
+ * of n_bh sequence-heads against keys 0 .. n_keys - 1, every map [n_bh, n_rows, n_keys] and the
+ * position logits z [n_bh, n_rows, n_emb] (z_m = q . e[m]) contiguous. Row i's keys past i are
+ * future keys: gate 0, logit MASK_FILL, gradient 0. Positions are clamped at top = p_max - 1, where
+ * they pass no gradient. */
+static const float MASK_FILL = -1e11f;
+
+/* The gates g = sigmoid(S) and the positions p_j = sum_{t >= j} g_t (summed in double). */
+int cope_rule_positions(const float *S, int64_t n_bh, int64_t n_rows, int64_t first_row, int64_t n_keys, float *g,
+                        float *p) {
+    for (int64_t row = 0; row < n_bh * n_rows; row++) {
+        const int64_t n = first_row + row % n_rows + 1, at = row * n_keys;
+        for (int64_t j = 0; j < n; j++)
+            g[at + j] = 1.0f / (1.0f + expf(-S[at + j]));
+        zero_from(g + at, n, n_keys);
+        double later = 0.0;
+        for (int64_t j = n_keys - 1; j >= 0; j--) {
+            later += g[at + j];
+            p[at + j] = (float)later;
+        }
+    }
+    return 0;
+}
+
+/* S += z interpolated at the clamped positions, in place: z[lo] + (p - lo) (z[hi] - z[lo]), lo =
+ * floor p, hi = lo + 1 within the table; MASK_FILL on future keys. */
+int cope_rule_logits(float *S, const float *p, const float *z, int64_t n_emb, int64_t n_bh, int64_t n_rows,
+                     int64_t first_row, int64_t n_keys, int64_t p_max) {
+    const float top = (float)(p_max - 1);
+    for (int64_t row = 0; row < n_bh * n_rows; row++) {
+        const int64_t n = first_row + row % n_rows + 1, at = row * n_keys;
+        const float *z_row = z + row * n_emb;
+        for (int64_t j = 0; j < n; j++) {
+            const float p_j = fminf(p[at + j], top);
+            const int64_t lo = (int64_t)p_j, hi = lo + 1 < p_max ? lo + 1 : lo;
+            S[at + j] += z_row[lo] + (p_j - (float)lo) * (z_row[hi] - z_row[lo]);
+        }
+        for (int64_t j = n; j < n_keys; j++)
+            S[at + j] = MASK_FILL;
+    }
+    return 0;
+}
+
+/* From the logits' gradient dL (in place: the scores' gradient dS on return): dz [n_bh, n_rows,
+ * n_emb] (zeroed here) collects dL (1 - w) at lo and dL w at hi; the position's gradient dL (z[hi]
+ * - z[lo]) (0 where clamped) reaches the gates g_t of every key j <= t, and a gate's the scores
+ * through sigmoid' = g (1 - g); S also reaches the logits directly. */
+int cope_rule_backward(float *dL, const float *g, const float *p, const float *z, int64_t n_emb, int64_t n_bh,
+                       int64_t n_rows, int64_t first_row, int64_t n_keys, int64_t p_max, float *dz) {
+    const float top = (float)(p_max - 1);
+    for (int64_t row = 0; row < n_bh * n_rows; row++) {
+        const int64_t n = first_row + row % n_rows + 1, at = row * n_keys;
+        const float *z_row = z + row * n_emb;
+        float *dz_row = dz + row * n_emb;
+        zero_from(dz_row, 0, n_emb);
+        float gates = 0.0f;   /* sum_{j <= t} dp_j */
+        for (int64_t j = 0; j < n; j++) {
+            const float d = dL[at + j], p_j = fminf(p[at + j], top), w = p_j - floorf(p_j);
+            const int64_t lo = (int64_t)p_j, hi = lo + 1 < p_max ? lo + 1 : lo;
+            dz_row[lo] += d - d * w;
+            dz_row[hi] += d * w;
+            gates += p[at + j] > top ? 0.0f : d * (z_row[hi] - z_row[lo]);
+            dL[at + j] = d + gates * g[at + j] * (1.0f - g[at + j]);
+        }
+        zero_from(dL + at, n, n_keys);
+    }
+    return 0;
+}

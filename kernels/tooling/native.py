@@ -2,7 +2,8 @@
 evaluation's) the attention core of softmax attention without a bias (NoPE, APE, Label, RoPE),
 Diff, CoPE, trela and TDA, four query rows at a time, each loop vectorised along the keys; in
 training too, trela's and TDA's q~ and k~ (RoPE then unit length) and their gradient, one pass
-over each row each way where PyTorch makes about ten (:func:`rotated_unit_forward`).
+over each row each way where PyTorch makes about ten (:func:`rotated_unit_forward`), and CoPE's
+logits and their gradient in the training path's blocks (:func:`cope_positions`).
 
 At the ``mech`` head size (d_head 16, 8 per Diff view) PyTorch's own paths are far from the
 matmul roofline (its fused attention does about 40 GFLOP/s there, of 160-200): each query
@@ -68,6 +69,9 @@ SIGNATURES = {
     "threshold_attention": [_PTR] * 7 + [_I64] * 5 + [_F32, _F32, _PTR],
     "rotated_unit_forward": [_PTR] * 4 + [_I64] * 4 + [_F32, _PTR, _PTR, _PTR],
     "rotated_unit_backward": [_PTR] * 7 + [_I64] * 4 + [_F32, _PTR, _PTR],
+    "cope_rule_positions": [_PTR] + [_I64] * 4 + [_PTR, _PTR],
+    "cope_rule_logits": [_PTR] * 3 + [_I64] * 6,
+    "cope_rule_backward": [_PTR] * 4 + [_I64] * 6 + [_PTR],
 }
 PAD = 16  # native.c's PAD: keys and values are padded to a multiple of it, a multiple of every vector width
 
@@ -338,3 +342,59 @@ def rotated_unit_backward(u: torch.Tensor, length: torch.Tensor, du: torch.Tenso
 
     _split(B, call)
     return dx
+
+
+def _blocks(*maps: torch.Tensor) -> None:
+    """Refuse maps the CoPE block kernels cannot read in place: float32 and contiguous."""
+    for m in maps:
+        if m.dtype != torch.float32 or not m.is_contiguous():
+            raise ValueError(f"the native CoPE rule takes contiguous float32 blocks, got {m.dtype} with strides "
+                             f"{m.stride()}")
+
+
+def cope_positions(S: torch.Tensor, first_row: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """CoPE's gates ``g = sigmoid(S)`` (0 on future keys) and positions ``p_j = sum_{t >= j} g_t``
+    (eq. 3-4) of a training block of scaled scores ``S [bh, rows, keys]``, its rows the queries
+    at ``first_row`` onwards: :class:`kernels.cope.rows.NativeCoPERule`'s first pass."""
+    _blocks(S)
+    n_bh, n_rows, n_keys = S.shape
+    g, p = torch.empty_like(S), torch.empty_like(S)
+
+    def call(lo: int, hi: int) -> None:
+        library().cope_rule_positions(S[lo:hi].data_ptr(), hi - lo, n_rows, first_row, n_keys, g[lo:hi].data_ptr(),
+                                      p[lo:hi].data_ptr())
+
+    _split(n_bh, call)
+    return g, p
+
+
+def cope_logits_(S: torch.Tensor, p: torch.Tensor, z: torch.Tensor, first_row: int, p_max: int) -> torch.Tensor:
+    """``S`` in place to CoPE's logits (eq. 8-9): ``S + z`` interpolated at the positions ``p``
+    clamped to ``p_max - 1``, ``z [bh, rows, n_emb]`` the position logits ``q . e[m]`` (n_emb
+    above every clamped position's floor + 1), future keys at MASK_FILL."""
+    _blocks(S, p, z)
+    n_bh, n_rows, n_keys = S.shape
+
+    def call(lo: int, hi: int) -> None:
+        library().cope_rule_logits(S[lo:hi].data_ptr(), p[lo:hi].data_ptr(), z[lo:hi].data_ptr(), z.shape[-1], hi - lo,
+                                   n_rows, first_row, n_keys, p_max)
+
+    _split(n_bh, call)
+    return S
+
+
+def cope_backward_(dL: torch.Tensor, g: torch.Tensor, p: torch.Tensor, z: torch.Tensor, first_row: int, p_max: int
+                   ) -> torch.Tensor:
+    """From the logits' gradient ``dL`` of a block (:func:`cope_logits_`'s), the scores' gradient,
+    in place of ``dL``, and returned: the position logits' gradient ``dz [bh, rows, n_emb]``."""
+    _blocks(dL, g, p, z)
+    n_bh, n_rows, n_keys = dL.shape
+    dz = torch.empty_like(z)
+
+    def call(lo: int, hi: int) -> None:
+        library().cope_rule_backward(dL[lo:hi].data_ptr(), g[lo:hi].data_ptr(), p[lo:hi].data_ptr(),
+                                     z[lo:hi].data_ptr(), z.shape[-1], hi - lo, n_rows, first_row, n_keys, p_max,
+                                     dz[lo:hi].data_ptr())
+
+    _split(n_bh, call)
+    return dz
