@@ -29,6 +29,7 @@ from support import chromium, needs_chromium
 N = 3                     # sequences per split
 LENGTHS = (32, 64)        # the probe length is 64, the one closest to 512
 PNGS = ("attention_final_layer", "error_by_dependency", "sparsity", "sink_ratio", "survivors")
+DRAWN_AS_PNG = "rope"     # the one model diagnosed with png=True: the others write no PNG
 TWO_VIEWS = next((name for name in ("tda", "diff") if name in models.MODEL_NAMES), "rope")
 
 
@@ -57,7 +58,8 @@ def diagnosed(tmp_path_factory):
             root = tmp_path_factory.mktemp(name)
             path = save_tiny(root, name)
             lengths = (*LENGTHS, 1024) if name == "ape" else LENGTHS   # APE cannot go past n_ctx = 512
-            done[name] = path, diagnose(path, root / "out", n=N, lengths=lengths, probe_sequences=N + 2)
+            done[name] = path, diagnose(path, root / "out", n=N, lengths=lengths, probe_sequences=N + 2,
+                                        png=name == DRAWN_AS_PNG)
         return done[name]
 
     return get
@@ -96,15 +98,16 @@ def test_diagnose_writes_every_documented_field_and_file(diagnosed, name):
     if name == "lstm":
         assert all(metrics[field] is None for field in ATTENTION_FIELDS)
         assert "no attention" in metrics["skipped"]["sparsity"]
-        assert sorted(metrics["files"]) == ["browser", "error_by_dependency", "glitches_csv", "metrics_csv",
-                                            "metrics_json", "report"]
+        assert sorted(metrics["files"]) == ["browser", "glitches_csv", "metrics_csv", "metrics_json", "report"]
         return
     probes = pd.read_csv(result.files["probes_csv"])     # the current bit at every layer
     assert probes.layer.tolist() == list(range(models.load(path).cfg.n_layers + 1))
     pd.testing.assert_frame_equal(pd.DataFrame(metrics["linear_probes"]["per_layer"]), probes)
     assert "Linear probes of the current bit" in html_text
+    assert {png for png in PNGS if png in result.files} == (set(PNGS) if name == DRAWN_AS_PNG else set())
     for png in PNGS:
-        assert result.files[png].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        if name == DRAWN_AS_PNG:
+            assert result.files[png].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "All layers and heads" in html_text
     cfg = models.load(path).cfg
     assert metrics["lengths"]["run"] == list(LENGTHS) and metrics["lengths"]["probe"] == 64
@@ -160,7 +163,8 @@ def test_streamed_metrics_match_a_full_cache(diagnosed):
 @pytest.mark.integration
 def test_cli_prints_a_summary_and_json(tmp_path, capsys):
     checkpoint = save_tiny(tmp_path, "rope")
-    assert main(["diagnose", str(checkpoint), "--out", str(tmp_path / "out"), "-n", "1", "--lengths", "32", "64"]) == 0
+    assert main(["diagnose", str(checkpoint), "--out", str(tmp_path / "out"), "-n", "1", "--lengths", "32", "64",
+                 "--png"]) == 0
     out, err = capsys.readouterr()
     # without whitespace: the table wraps its cells to the terminal width, paths included
     table = "".join(out.split())
@@ -177,6 +181,10 @@ def test_cli_prints_a_summary_and_json(tmp_path, capsys):
     printed = json.loads(out)
     assert printed["model"] == "lstm" and printed["sparsity"] is None
     assert printed == json.loads((tmp_path / "lstm_out" / "metrics.json").read_text())
+    assert {path.name for path in (tmp_path / "out").glob("*.png")} == {f"{png}.png" for png in PNGS}
+    assert not list((tmp_path / "lstm_out").glob("*.png")), "no PNG without --png"
+    assert main(["diagnose", "automaton-1l", "--png", "--out", str(tmp_path / "task_out")]) == 2
+    assert "the automaton task's report has none to draw: leave --png out" in capsys.readouterr().err
 
 
 @pytest.mark.integration

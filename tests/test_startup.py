@@ -6,10 +6,10 @@ import subprocess
 import sys
 
 HEAVY = ("torch", "numpy", "pandas", "transformers", "datasets", "matplotlib", "transformer_lens", "plotly", "scipy")
-# What `glitchlens --help` has no use for: the sweeps' processes and the modules that name the
-# models, presets, recipes and pretrained entries in the subcommands' own options.
+# What `glitchlens --help` has no use for: the sweeps' processes, and the modules that name the
+# models, presets, recipes and pretrained entries in the subcommands' own options or register them.
 NOT_FOR_THE_LISTING = ("multiprocessing", "concurrent.futures", "interp.studies.sweeps", "interp.studies.specimens",
-                       "interp.training.recipes", "models.pretrained")
+                       "interp.training.recipes", "models")
 
 
 def imported_by(code: str, names: tuple[str, ...]) -> str:

@@ -6,12 +6,12 @@ built-in name: ``tests/test_diagnose.py``). A tool either gives its results or s
 why an analysis does not apply (at the top of its report, and on stderr from the command line);
 no hook it lists is one that never fires, and one that never fires is named as such. The
 mechanisms that the shipped specimens train with a renormalised stream are built so here
-(``norm_placement="stream"``), so that attribution is checked through the norms. The reports
-are written without their PNGs (:func:`no_png`). Every plot of :mod:`interp.plots` draws on each
-model's maps and metrics, or the library refuses the map the model does not have; every paper
-figure draws through :func:`~interp.figures.make_figures` on tiny models of its specimens'
-architectures, its sequence counts and lengths cut down (``SMALL_FIGURES``; the figures' own
-checks: ``tests/test_figures.py``)."""
+(``norm_placement="stream"``), so that attribution is checked through the norms. explain's
+reports and the figures are written without their PNGs (:func:`no_png`; diagnose draws none unless
+asked). Every plot of :mod:`interp.plots` draws on each model's maps and metrics, or the library
+refuses the map the model does not have; every paper figure draws through
+:func:`~interp.figures.make_figures` on tiny models of its specimens' architectures, its sequence
+counts and lengths cut down (``SMALL_FIGURES``; the figures' own checks: ``tests/test_figures.py``)."""
 
 import functools
 import html
@@ -289,7 +289,7 @@ def test_explain_attributes_through_the_norms_of_the_specimens(specimen, tmp_pat
 
 # diagnose on every built-in model name: tests/test_diagnose.py (and the plugin: test_plugin_mechanism.py)
 @pytest.mark.parametrize("name", ["lstm", "tda", PLUGIN])
-def test_diagnose_opens_its_report_with_what_it_skipped(name, tmp_path, no_png):
+def test_diagnose_opens_its_report_with_what_it_skipped(name, tmp_path):
     checkpoint = models.save(tmp_path / name, tiny(name))
     diagnosis = diagnose(checkpoint, tmp_path / "diagnosis", splits=("iid",), n=2, lengths=(16, 32),
                          heatmap_tokens=16)

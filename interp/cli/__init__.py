@@ -18,7 +18,7 @@ import os
 import sys
 
 from interp.cli.commands import COMMANDS, shown, stop_signals_ignored, train_configs
-from interp.cli.parser import build_parser
+from interp.cli.parser import build_parser, named_command
 from interp.cli.threads import use_threads
 
 __all__ = ["build_parser", "main", "train_configs"]
@@ -38,7 +38,10 @@ def _register_mechanisms(argv: list[str]) -> None:
     """Register the attention mechanisms of one's own that ``GLITCHLENS_MECHANISMS`` and each
     ``--mechanism SPEC`` name, before the parser lists the model names. ``--mechanism`` adds its
     spec to the environment variable, so that the processes the command starts (the runs of a
-    sweep) register it too (``models.mechanisms``)."""
+    sweep) register it too (``models.mechanisms``). Without a subcommand (``glitchlens --help``)
+    nothing names a model: nothing is registered, nor ``models`` imported."""
+    if named_command(argv) is None:
+        return
     from models import mechanisms
 
     specs = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--mechanism"]

@@ -1,25 +1,20 @@
 """The ``cmd_*`` functions behind each ``glitchlens`` subcommand, each a thin layer over a
-library call. Each imports what it runs, so that importing this module (as the parser does)
-imports no torch.
+library call. Each imports what it runs, the standard library's heavier modules included
+(dataclasses, json, threading, typing), so that importing this module (as ``glitchlens --help``
+does) costs little beside Python's own start.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import os
 import sys
-import threading
-from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rich.table import Table
 
 
 def _model_overrides(args) -> dict:
+    import json
+
     overrides = {k: getattr(args, k) for k in ("n_layers", "n_heads", "d_model", "d_mlp", "dropout", "n_ctx",
                                                "attention_impl", "norm_placement", "init", "linear_bias",
                                                "embedding_dropout", "attention_dropout", "mlp_hidden_dropout")
@@ -133,6 +128,8 @@ def resumed_configs(args):
     without ``--model``: each flag given (one that differs from its default) must equal the
     checkpoint's value, except the logging ones (``--eval-every``, ``--eval-n``,
     ``--checkpoint-every``), which apply to the rest of the run; an error names each field that differs."""
+    import dataclasses
+
     from interp.cli.parser import build_parser
     from interp.training.setup import TrainConfig, saved_configs
     from models import read_config
@@ -162,7 +159,7 @@ def resumed_configs(args):
             differ.append(f"{field} {wanted[field]!r} (checkpoint: {getattr(train_cfg, field)!r})")
     if differ:
         raise ValueError(f"{args.out}: cannot resume with other settings than its checkpoint's: {'; '.join(differ)}")
-    return model_cfg, replace(train_cfg, **logging)
+    return model_cfg, dataclasses.replace(train_cfg, **logging)
 
 
 # train's flags (argparse dest) that set a TrainConfig field, and the field
@@ -189,6 +186,7 @@ def stop_signals_ignored():
     storm of Ctrl-C cannot cut that line. Put back after it, for a caller that goes on (``main``
     called from Python, a test)."""
     import signal
+    import threading
 
     stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     if threading.current_thread() is not threading.main_thread():   # signals belong to the main thread
@@ -317,7 +315,7 @@ def cmd_eval(args) -> int:
     if task == "automaton":
         result = evaluate_automaton(model, args.n or 1000, batch_size=batch_size, progress=progress)
         if args.json:
-            print(json.dumps({"automaton": result}, indent=2))
+            print_json({"automaton": result})
             return 0
         rows = [("automaton", str(result["sequences"]), f"{100 * result['position_accuracy']:.2f}%",
                  f"{100 * result['sequence_accuracy']:.2f}%")]
@@ -333,7 +331,7 @@ def cmd_eval(args) -> int:
         splits = [s.strip() for s in args.splits.split(",") if s.strip()] if args.splits else None
         results = evaluate_splits(model, splits, n=args.n, batch_size=batch_size, progress=progress, task=task)
     if args.json:
-        print(json.dumps({name: r.to_dict() for name, r in results.items()}, indent=2))
+        print_json({name: r.to_dict() for name, r in results.items()})
         return 0
     rows = [(r.split, str(r.sequences), str(r.reads), str(r.read_errors), f"{r.error_rate:.2e}",
              f"{r.error_rate_upper95:.2e}", f"{100 * r.sequence_accuracy:.2f}%") for r in results.values()]
@@ -352,6 +350,13 @@ def _print_table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...
     for row in rows:
         table.add_row(*map(shown, row))
     plain_console().print(table)
+
+
+def print_json(value, **options) -> None:
+    """``value`` printed as indented JSON (``--json``); ``options`` go to ``json.dumps``."""
+    import json
+
+    print(json.dumps(value, indent=2, **options))
 
 
 def shown(text) -> str:
@@ -448,14 +453,17 @@ def cmd_diagnose(args) -> int:
         if args.lengths:
             raise ValueError(f"--lengths measures flip-flop attention across lengths; the {task} task is diagnosed "
                              "at its own splits' lengths")
+        if args.png:
+            raise ValueError(f"--png draws the flip-flop report's plots as PNG files; the {task} task's report has "
+                             "none to draw: leave --png out")
         options.pop("lengths")
         result = diagnose_task(checkpoint, args.out, task, overwrite=args.overwrite,
                                **{k: v for k, v in options.items() if v is not None})
     else:
-        result = diagnose(checkpoint, args.out, progress=not args.quiet, overwrite=args.overwrite,
+        result = diagnose(checkpoint, args.out, progress=not args.quiet, overwrite=args.overwrite, png=args.png,
                           **{k: v for k, v in options.items() if v is not None})
     if args.json:   # the JSON holds the reasons of what was skipped, under "skipped"
-        print(json.dumps(result.metrics, indent=2))
+        print_json(result.metrics)
         return 0
     metrics = result.metrics
     for part, reason in [*((f"length {T}", r) for T, r in (metrics.get("lengths") or {}).get("skipped", {}).items()),
@@ -520,7 +528,7 @@ def cmd_hunt(args) -> int:
         with staged(args.out, args.overwrite, ("hunt.json",)) as stage:
             files = moved(write_hunt(result, stage), stage, args.out)
     if args.json:
-        print(json.dumps(result.summary(), indent=2))
+        print_json(result.summary())
         return 0
     _print_table(f"{args.checkpoint} ({model.cfg.model}): glitch hunt, at most {args.budget} sequences per method",
                  OVERVIEW_COLUMNS, overview_rows(result), caption=OVERVIEW_NOTE)
@@ -547,7 +555,7 @@ def _task_hunt(args, checkpoint, task: str) -> int:
     result = hunt_task(load(checkpoint, device=args.device), task, budget=args.budget, seed=args.seed)
     files = write_task_hunt(result, args.out, args.overwrite) if args.out else {}
     if args.json:
-        print(json.dumps(summary(result), indent=2))
+        print_json(summary(result))
         return 0
     rows = [(name, str(r["scored"]), str(r["failing_sequences"]), f"{r['answer_error_rate']:.2e}",
              f"{100 * r['sequence_error_rate']:.1f}%") for name, r in result["splits"].items()]
@@ -572,6 +580,8 @@ def cmd_check_task(args) -> int:
 
 
 def cmd_reproduce(args) -> int:
+    from dataclasses import replace
+
     from interp.outputs import writable_dir
     from interp.studies import sweeps
     from interp.studies.reproduce import SCALES, TABLE1_MODELS, check_configs
@@ -666,7 +676,7 @@ def cmd_pretrained(args) -> int:
     rows = pretrained.listing(args.root, args.names)
     if args.json:
         try:
-            print(json.dumps(rows, indent=2, allow_nan=False))
+            print_json(rows, allow_nan=False)
         except ValueError:
             raise ValueError(f"--root {args.root}: an entry records a number that is not finite, which JSON "
                              "cannot hold; rebuild it") from None
@@ -718,8 +728,9 @@ def _accuracy_lines(accuracy: dict) -> str:
                      f"{100 * r['sequence_accuracy']:.1f}%" for split, r in accuracy.items())
 
 
-def _entry_table(row: dict) -> Table:
-    """One row of ``interp.studies.pretrained.listing``, field by field (``glitchlens pretrained list NAME``)."""
+def _entry_table(row: dict):
+    """One row of ``interp.studies.pretrained.listing``, field by field, as a ``rich.table.Table``
+    (``glitchlens pretrained list NAME``)."""
     from rich.table import Table
 
     from interp.studies.specimens import build_command
@@ -785,7 +796,7 @@ def cmd_check_mechanism(args) -> int:
                                   seconds=conformance.mechanism_seconds(), what=f"check-mechanism {args.mechanism}")
     name = report.mechanism
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print_json(report.to_dict())
         return 0 if report.passed else 1
     from rich.markup import escape
     from rich.table import Table

@@ -267,7 +267,8 @@ def _diagnose_options(p: argparse.ArgumentParser) -> None:
                    help="--transformerlens: the .txt text or .jsonl token file whose sequences are measured")
     p.add_argument("--task", default=None, metavar="NAME|MODULE:CLASS", help=CHECKPOINT_TASK_HELP)
     p.add_argument("--out", type=output_path, required=True,
-                   help="directory for report.html, metrics.json/.csv, glitches.csv, PNGs")
+                   help="directory for report.html, browser.html, metrics.json/.csv, glitches.csv (and the PNGs "
+                        "of --png)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace files in --out that glitchlens did not write (without it, such a file is an error; "
                         "its own earlier outputs are always replaced)")
@@ -277,6 +278,11 @@ def _diagnose_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-sequences", type=positive_int, default=None,
                    help="sequences run with hooks per length (default: 2)")
     p.add_argument("--device", default=None, help="torch device, e.g. cuda (default: cpu)")
+    p.add_argument("--png", action="store_true",
+                   help="a flip-flop checkpoint: also write the report's key plots as PNG files (error_by_dependency, "
+                        "attention_final_layer, sparsity, survivors, sink_ratio), drawn again with matplotlib; "
+                        "report.html shows every plot, interactive, either way (--transformerlens: its heatmaps are "
+                        "PNG files always)")
     p.add_argument("--json", action="store_true", help="print metrics.json instead of the summary table")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it goes to stderr)")
 

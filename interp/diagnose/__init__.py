@@ -36,9 +36,10 @@ and fits a window 1400 px wide: :mod:`interp.diagnose.report`), ``metrics.json``
 value, map, seq_len`` plus metric-specific ones; rows with a ``query_pos`` are the dispersion
 curve at the probe length, mean over heads; rows with a ``split`` are the error rates by
 dependency length), ``glitches.csv`` (one row per wrong read: ``split, seq, position,
-write_pos, dependency_length, ignores_since, n_writes, true_bit, pred_bit``), PNGs of the
-key plots, and ``browser.html``, the glitch browser (:mod:`interp.diagnose.browser`: each
-glitch's attention at every layer and head, its direct logit attribution and its patching).
+write_pos, dependency_length, ignores_since, n_writes, true_bit, pred_bit``), with ``png``
+PNGs of the key plots (the report draws them all, interactive), and ``browser.html``, the
+glitch browser (:mod:`interp.diagnose.browser`: each glitch's attention at every layer and
+head, its direct logit attribution and its patching).
 
 The modules: ``run`` (the evaluation's error rates and the attention runs), ``summary`` (what
 metrics.json and metrics.csv hold, every field documented there, and the printed table),
@@ -76,12 +77,13 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
              lengths: Sequence[int] = DEFAULT_LENGTHS, n_cache_sequences: int = 2, sink_keys: Sequence[int] = (0, 1, 2, 3),
              sink_threshold: float = 0.3, heatmap_tokens: int = 128, probe_sequences: int = 16,
              batch_size: int = BATCH_SIZE, device: str = "cpu", progress: bool = False,
-             overwrite: bool = False) -> Diagnosis:
+             overwrite: bool = False, png: bool = False) -> Diagnosis:
     """Diagnose a checkpoint and write report.html, metrics.json, metrics.csv, glitches.csv
-    and PNGs into ``out_dir`` (see the module docstring). ``n``: sequences per split (None:
+    and browser.html into ``out_dir`` (see the module docstring). ``n``: sequences per split (None:
     all); ``probe_sequences``: iid sequences the linear probes are fitted and scored on. The defaults keep a ``mini`` checkpoint under a minute on a 2-core CPU.
-    ``progress``: a bar on stderr, one step per split evaluated, per layer of each attention
-    run and per stage after them, saying which is running. ``overwrite``: replace files in
+    ``png``: also the PNGs of the key plots, drawn again with matplotlib (another task's report
+    has none). ``progress``: a bar on stderr, one step per split evaluated, per layer of each
+    attention run and per stage after them, saying which is running. ``overwrite``: replace files in
     ``out_dir`` that this command did not write (:mod:`interp.outputs`). A checkpoint of another
     task is diagnosed on its own task's splits (:func:`interp.diagnose.task.diagnose_task`)."""
     from models import load, read_config
@@ -153,7 +155,7 @@ def diagnose(checkpoint_path, out_dir, splits: Sequence[str] = ("iid", "sparse",
     browser = glitch_browser(model, checkpoint_path, reads, n)
     lap("metrics", "drawing the report")
     with staged(out_dir, overwrite, OUTPUT_FILES) as stage:
-        files = write_outputs(stage, metrics, frame, glitches, rates, probe, browser)
+        files = write_outputs(stage, metrics, frame, glitches, rates, probe, browser, png)
         lap("report", "done")
         bar.refresh()   # the last state is drawn, whatever tqdm's minimum interval between draws
         bar.close()
@@ -201,12 +203,12 @@ def glitch_browser(model, checkpoint_path, reads: pd.DataFrame, n: int | None) -
 
 
 def write_outputs(out_dir: Path, metrics: dict, frame: pd.DataFrame, glitches: pd.DataFrame, rates: pd.DataFrame,
-                  probe: LengthRun | None, browser: str) -> dict[str, Path]:
-    """report.html, the CSVs, the PNGs and browser.html (the page ``browser``); records every
-    file (metrics.json, written last by the caller, included) in ``metrics["files"]``."""
+                  probe: LengthRun | None, browser: str, png: bool) -> dict[str, Path]:
+    """report.html, the CSVs, browser.html (the page ``browser``) and, with ``png``, the PNGs;
+    records every file (metrics.json, written last by the caller, included) in ``metrics["files"]``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
-    figures = Figures(out_dir, files)
+    figures = Figures(out_dir, files, png)
     sections = report_sections(metrics, frame, glitches, rates, probe, figures)
     files |= {"metrics_csv": out_dir / "metrics.csv", "glitches_csv": out_dir / "glitches.csv",
               "report": out_dir / "report.html", "metrics_json": out_dir / "metrics.json",

@@ -76,8 +76,8 @@ LOADER = """
   document.documentElement.dataset.figures = "drawn";
 })().catch(error => {
   for (const div of document.querySelectorAll(".unpacking"))
-    div.textContent = "This browser could not unpack the figures (" + error + "); the PNG files beside " +
-      "report.html show the main ones.";
+    div.textContent = "This browser could not unpack the figures (" + error + "); `glitchlens diagnose " +
+      "--png` also writes the main ones as PNG files beside report.html.";
   throw error;
 });
 """
@@ -178,14 +178,16 @@ def readable(fig: go.Figure, size: int = MIN_FONT_PX) -> go.Figure:
 class Figures:
     """Draws the report's plots: ``figures(make, png)`` is a div for ``make(backend)``'s plotly
     figure (fitted to the page, kept in ``specs`` for :func:`render_html`), with its matplotlib
-    twin saved as ``out_dir / png`` (recorded in ``files``) when named."""
+    twin saved as ``out_dir / png`` (recorded in ``files``) when named and ``pngs`` is set
+    (asked for: matplotlib draws again figures the report already shows, at a cost to every diagnosis)."""
 
     out_dir: Path
     files: dict[str, Path]
+    pngs: bool
     specs: dict[str, dict] = field(default_factory=dict)
 
     def __call__(self, make: Callable, png: str | None = None) -> str:
-        if png:
+        if png and self.pngs:
             self.files[png.removesuffix(".png")] = plots.save(make("matplotlib"), self.out_dir / png)
         fig = readable(fit_width(make("plotly")))
         for trace in fig.select_traces(selector=dict(type="heatmap")):  # float32, as computed: half the bytes
