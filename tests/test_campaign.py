@@ -13,9 +13,13 @@ import models
 from interp.studies import campaign, registry
 from interp.studies.cope_tasks import cope_task_run
 from interp.studies.campaign import Group, PlannedRun, plan_groups, read_plan, schedule
-from interp.training.batched import BatchStopped, SeedRun, train_batched, unbatchable
+from interp.training.batched import (
+    BatchStopped, SeedRun, SeedStack, masked_mean_loss, train_batched, unbatchable, vmap_fallbacks,
+)
 from interp.training.loop import train
 from interp.training.recipes import run_configs
+from interp.training.setup import BatchSource
+from models.mechanisms import MODEL_FAMILIES
 
 
 def tiny_configs(model="rope", steps=100, **training):
@@ -47,6 +51,42 @@ def test_each_seed_of_a_batch_follows_its_single_seed_run_over_100_steps(tmp_pat
         losses = [[json.loads(line)["loss"] for line in (tmp_path / f"{kind}{seed}" / "log.jsonl").read_text()
                    .splitlines() if '"loss"' in line] for kind in ("alone", "batched")]
         assert losses[0] == pytest.approx(losses[1], rel=1e-4)
+
+
+# Every mechanism the campaign batches (the model families but Label and the LSTM), and the options
+# that change what its attention computes
+BATCHED_MECHANISMS = [(name, {}) for name in MODEL_FAMILIES if name not in ("label", "lstm")] + [
+    ("shaw", {"values": True}), ("cope", {"sep_keys": True}), ("tra", {"rope": True}), ("fot", {"rope": True})]
+
+
+@pytest.mark.parametrize("model, options", BATCHED_MECHANISMS,
+                         ids=[name + "".join(f"-{k}" for k in options) for name, options in BATCHED_MECHANISMS])
+def test_a_batched_step_runs_no_operation_seed_by_seed(model, options, monkeypatch):
+    """One batched step of two seeds: vmap has a batching rule for every operation (none falls
+    back to its loop over the seeds), and each seed's loss is its own model's. SDPA is not called
+    at all: which of its kernels runs depends on the device and the inputs, so the batched step
+    keeps to the explicit path, whose operations batch on every device."""
+    def no_sdpa(*args, **kwargs):
+        raise AssertionError(f"{model} {options}: SDPA under vmap (its kernel depends on the device)")
+    torch.set_num_threads(1)
+    model_cfg, cfg = tiny_configs(model, steps=1)
+    model_cfg = replace(model_cfg, attention_options={**model_cfg.attention_options, **options})
+    assert unbatchable(model_cfg, cfg) is None
+    seed_models = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        seed_models.append(models.build_model(model_cfg).train())
+    stack = SeedStack(model_cfg, cfg, seed_models, [torch.optim.AdamW(m.parameters()) for m in seed_models],
+                      torch.device("cpu"))
+    batches = [BatchSource(replace(cfg, seed=seed))(0) for seed in (0, 1)]
+    with monkeypatch.context() as patched, vmap_fallbacks() as fallbacks:
+        patched.setattr(torch.nn.functional, "scaled_dot_product_attention", no_sdpa)
+        losses, norms = stack.step(0, *(torch.stack(parts) for parts in zip(*batches)))
+    assert not fallbacks, f"{model} {options}: vmap runs {', '.join(fallbacks)} seed by seed"
+    assert torch.isfinite(norms).all()
+    with torch.no_grad():
+        alone = [masked_mean_loss(m(x), y, scored) for m, (x, y, scored) in zip(seed_models, batches)]
+    torch.testing.assert_close(losses, torch.stack(alone), rtol=1e-5, atol=1e-6)
 
 
 def test_a_batch_stopped_at_its_deadline_resumes_to_the_uninterrupted_result(tmp_path):
@@ -110,10 +150,42 @@ def test_a_plan_names_the_studies_runs_in_their_directories(tmp_path):
     assert groups[2].runs[0].header["scale"]["steps"] == 10000 and groups[2].runs[0].train_cfg.steps == 10000
 
 
-def test_a_plan_that_does_not_fit_is_cut_from_its_end():
-    placed = schedule([100, 50, 300, 10], jobs=2, limit=200)
-    assert [fits for _, _, fits in placed] == [True, True, False, False]   # the 10 s group after the cut too
-    assert [(begins, ends) for begins, ends, _ in placed] == [(0, 100), (0, 50), (50, 350), (100, 110)]
+def test_the_estimate_places_the_groups_as_the_campaign_runs_them():
+    # two slots, 200 s: the 300 s group is cut; batched, it gives up after 20 s, and the 10 s group fits
+    placed = schedule([100, 50, 300, 10, 500], jobs=2, limit=200, give_up_s=[None, None, 20, None, None])
+    assert [fits for *_, fits in placed] == [True, True, False, True, False]
+    assert [(begins, ends) for begins, ends, _ in placed] == [(0, 100), (0, 50), (50, 70), (70, 80), (80, 200)]
+    # run by run, a group that cannot finish holds its slot to the deadline, and none starts after it
+    placed = schedule([250, 250, 10], jobs=2, limit=200)
+    assert placed == [(0, 200, False), (0, 200, False), (200, 200, False)]
+
+
+def test_the_estimate_for_a_device_not_here_comes_from_the_committed_log(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    plan = write_plan(tmp_path, [
+        {"study": "cope-tasks", "out": str(tmp_path / "sweep"), "tasks": ["counting"], "models": ["ape", "rope"],
+         "seeds": [0, 1], "steps": 300},
+        {"study": "r6-levers", "out": str(tmp_path / "r6"), "match": "*-seed0"}])
+    with pytest.raises(ValueError, match="no campaign log"):
+        campaign.estimate(plan, tmp_path / "out", device="cuda", logs=tmp_path)
+    (tmp_path / "runs" / "gpu").mkdir(parents=True)
+    logged = [{"campaign": 1.0, "group": f"{tmp_path / 'sweep'}/counting-ape seeds 0,1", "batched": True,
+               "steps_run": 100, "seconds": 10.0, "vmap_fallbacks": []},
+              {"campaign": 1.0, "group": "runs/x/rope seeds 0,1", "batched": True, "steps_run": 50, "seconds": 10.0},
+              {"campaign": 1.0, "group": "runs/x/other seeds 0,1", "batched": True, "steps_run": 150, "seconds": 10.0},
+              {"campaign": 1.0, "group": "runs/y/apart seeds 0", "batched": False, "steps_run": 80, "seconds": 10.0},
+              {"campaign": 1.0, "wall_s": 20.0, "device": "cuda", "device_name": "NVIDIA H200", "jobs": 8,
+               "budget_s": 300}]
+    (tmp_path / "runs/gpu/campaign-h200.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logged))
+    rows = campaign.estimate(plan, tmp_path / "out", device="cuda", budget_s=1e6, logs=tmp_path)
+    assert [(r["source"], r["s_per_step"], r["seconds"]) for r in rows] == [
+        ("logged, 100 steps", 0.1, 30.0),                                  # its own rate, 300 steps
+        ("median of 3 logged batched", 0.1, 30.0),                          # 10, 5 and 15 steps/s
+        ("median of 1 logged run by run", 0.125, 125.0)]                    # 1000 steps, unbatched
+    out = capsys.readouterr().out
+    assert "runs/gpu/campaign-h200.jsonl (NVIDIA H200, 8 groups at once)" in out
+    assert campaign.BEFORE_EXPLICIT not in out   # the one own rate logged is of the explicit batched step
+    assert not (tmp_path / "sweep").exists() and not (tmp_path / "out").exists()
 
 
 def test_a_batch_that_cannot_finish_by_the_deadline_stops_once_its_rate_says_so():

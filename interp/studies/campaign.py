@@ -19,9 +19,10 @@ note), and one of
   named after them, evaluated on the full splits.
 
 Runs that already have a ``result.json`` are done and skipped. The others are grouped: the runs of
-one configuration but for the seed train as one batched model (:mod:`interp.training.batched`);
+one configuration but for the seed train as one batched model (:mod:`interp.training.batched`,
+whose log record names any operation ``vmap`` still ran seed by seed: ``vmap_fallbacks``);
 a configuration that cannot be batched (:func:`interp.training.batched.unbatchable`), or whose
-kernels have no batching rule even on the reference path, trains one process per seed
+attention reference ``vmap`` refuses (a mechanism of one's own), trains one process per seed
 (:func:`interp.studies.reproduce.train_and_evaluate`), and the log says which and why. ``jobs``
 groups train at once, each in a process of its own, in plan order.
 
@@ -47,6 +48,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import tarfile
 import threading
 import time
@@ -270,29 +272,25 @@ def _train_batched_group(group: Group, device: str, deadline: float | None, chec
 
     seeds = [SeedRun(r.run_dir, r.train_cfg) for r in group.runs]
     model_cfg = group.runs[0].model_cfg
-    for impl in dict.fromkeys([model_cfg.attention_impl, "reference"]):   # custom kernels may lack a batching rule
-        try:
-            outcome = train_batched(model_cfg, seeds, device, deadline, checkpoint_s, impl=impl,
-                                    project_after_s=PROJECT_AFTER_S)
-        except BatchStopped as stopped:
-            record_.update(status=f"{stopped.why} at step {stopped.step} (checkpoints saved)", impl=impl,
-                           seeds_per_step=len(seeds), steps_run=stopped.steps_run, seconds=stopped.step_seconds)
-            return
-        except (KeyboardInterrupt, ValueError):
-            raise
-        except Exception as err:   # vmap refused this implementation's kernels (a RuntimeError, or a kernel's own)
-            record_.setdefault("vmap_errors", []).append(f"{impl}: {str(err).splitlines()[0][:300]}")
-            continue
-        record_.update(status="trained", impl=impl, seeds_per_step=len(seeds), steps_run=outcome.steps_run,
-                       seconds=outcome.step_seconds, diverged=outcome.diverged)
-        for run in group.runs:
-            if str(run.run_dir) in outcome.trained:
-                write_result(run.run_dir, outcome.trained[str(run.run_dir)], run.train_cfg, run.header, run.eval_n,
-                             _evaluation(run.evaluation))
-                record_["finished"].append(str(run.run_dir / "result.json"))
+    try:
+        outcome = train_batched(model_cfg, seeds, device, deadline, checkpoint_s, project_after_s=PROJECT_AFTER_S)
+    except BatchStopped as stopped:
+        record_.update(status=f"{stopped.why} at step {stopped.step} (checkpoints saved)", seeds_per_step=len(seeds),
+                       steps_run=stopped.steps_run, seconds=stopped.step_seconds, vmap_fallbacks=stopped.fallbacks)
         return
-    record_.update(status="unbatched", batched=False,
-                   why_not_batched="vmap has no batching rule for its kernels: " + "; ".join(record_["vmap_errors"]))
+    except (KeyboardInterrupt, ValueError):
+        raise
+    except Exception as err:   # vmap refused the mechanism's reference (a RuntimeError, or its own): run by run
+        record_.update(status="unbatched", batched=False, why_not_batched="vmap refused its attention's reference: "
+                       + str(err).splitlines()[0][:300])
+        return
+    record_.update(status="trained", seeds_per_step=len(seeds), steps_run=outcome.steps_run,
+                   seconds=outcome.step_seconds, diverged=outcome.diverged, vmap_fallbacks=outcome.fallbacks)
+    for run in group.runs:
+        if str(run.run_dir) in outcome.trained:
+            write_result(run.run_dir, outcome.trained[str(run.run_dir)], run.train_cfg, run.header, run.eval_n,
+                         _evaluation(run.evaluation))
+            record_["finished"].append(str(run.run_dir / "result.json"))
 
 
 def _train_apart(group: Group, device: str, record_: dict) -> None:
@@ -401,6 +399,12 @@ def write_results_tar(out: Path, files: list[str]) -> None:
                 tar.addfile(info, io.BytesIO(payload))
 
 
+# What the estimate says of a batched group's rate logged before the batched step kept to the explicit
+# attention (interp.training.batched.BATCHED_IMPL), and why that rate is likely low
+BEFORE_EXPLICIT = "before explicit attention"
+BEFORE_EXPLICIT_WHY = ("its batched step ran SDPA, whose CUDA backward vmap ran seed by seed, so the rate now is "
+                       "likely higher")
+
 # The campaign logs committed from GPU calls (make gpu-campaign's campaign.jsonl, renamed after the card)
 DEVICE_LOGS = "runs/gpu/campaign-*.jsonl"
 
@@ -438,50 +442,123 @@ def throughput_table(records: list[dict], wall_s: float) -> str:
 
 
 def estimate(plan: str | os.PathLike, out: str | os.PathLike, device: str = "cpu", budget_s: float | None = None,
-             jobs: int = 1, reserve_s: float = 60.0) -> list[dict]:
-    """Measure each group's seconds per step on ``device`` (:data:`PROBE_STEPS` steps, each group
-    alone, in a scratch folder of ``out`` removed afterwards) and print what it costs: the steps
-    left, the seconds, and where it would start and end with ``jobs`` groups at once in plan order;
-    with ``budget_s``, the groups that fit and those cut from the end. Returns one row per group.
-    Groups sharing a device slow each other, which this does not measure; the evaluations are not
-    counted."""
+             jobs: int = 1, reserve_s: float = 60.0, logs: Path = Path(".")) -> list[dict]:
+    """Each group's seconds per step on ``device``, and what the plan costs: the steps left, the
+    seconds, and where each group would start and end with ``jobs`` groups at once in plan order;
+    with ``budget_s``, the groups that fit and those cut from the end. Returns one row per group,
+    whose ``source`` says where its rate comes from.
+
+    On a device this machine has, each group is measured (:data:`PROBE_STEPS` steps, alone, in a
+    scratch folder of ``out`` removed afterwards); groups sharing the device slow each other, which
+    this does not measure. On CUDA where this machine has none, the rates come from the committed
+    campaign logs under ``logs`` (:func:`logged_rates`, measured with their campaign's groups at
+    once): a group's own where it was measured, else the median of the groups measured trained the
+    same way (batched, or run by run). The evaluations are not counted."""
     import tempfile
+
+    import torch
 
     from interp.studies.reproduce import check_device
 
-    out = writable_dir(out)
-    check_device(device, None)
+    from_logs = torch.device(device).type == "cuda" and not torch.cuda.is_available()
+    if not from_logs:
+        check_device(device, None)
     groups, skipped = plan_groups(read_plan(plan), device)
     for line in skipped:
         print(line)
-    rows = []
     limit = None if budget_s is None else budget_s - reserve_s
-    scratch = Path(tempfile.mkdtemp(prefix=".campaign-estimate-", dir=out))
-    try:
-        for number, group in enumerate(groups):
-            s_per_step, batched, why = _probe(group, device, scratch / str(number))
-            steps_left = max(r.train_cfg.steps - _checkpoint_step(r.run_dir) for r in group.runs)
-            rows.append({"group": group.label, "runs": len(group.runs), "batched": batched, "why_not_batched": why,
-                         "s_per_step": s_per_step, "steps_left": steps_left,
-                         "seconds": s_per_step * steps_left * (1 if batched else len(group.runs))})
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    for row, (begins, ends, fits) in zip(rows, schedule([r["seconds"] for r in rows], jobs, limit)):
+    if from_logs:
+        logged, where = logged_rates(logs)
+        rows = [_logged_row(group, logged) for group in groups]
+        measured = f"{device} from {where}"
+    else:
+        rows, measured = [], f"{device}, each group measured alone"
+        scratch = Path(tempfile.mkdtemp(prefix=".campaign-estimate-", dir=writable_dir(out)))
+        try:
+            for number, group in enumerate(groups):
+                s_per_step, batched, why = _probe(group, device, scratch / str(number))
+                rows.append(_row(group, s_per_step, batched, why, f"measured here, {PROBE_STEPS} steps"))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    placed = schedule([r["seconds"] for r in rows], jobs, limit,
+                      [PROJECT_AFTER_S if r["batched"] else None for r in rows])
+    for row, (begins, ends, fits) in zip(rows, placed):
         row |= {"begins_s": begins, "ends_s": ends, "fits": fits}
-    print(estimate_table(rows, device, jobs, limit))
+    print(estimate_table(rows, measured, jobs, limit))
     return rows
 
 
-def schedule(seconds: list[float], jobs: int, limit: float | None) -> list[tuple[float, float, bool]]:
-    """Where each group of a plan begins and ends, ``jobs`` at a time in plan order (each on the
-    first slot free), and whether it ends within ``limit`` seconds; once one does not, no later one
-    is counted as fitting either: a plan is cut from its end."""
-    slots, placed, cut = [0.0] * jobs, [], False
-    for cost in seconds:
+def _row(group: Group, s_per_step: float, batched: bool, why: str | None, source: str) -> dict:
+    """A group's row of the estimate: its steps left (from its runs' checkpoints) and their seconds."""
+    steps_left = max(r.train_cfg.steps - _checkpoint_step(r.run_dir) for r in group.runs)
+    return {"group": group.label, "runs": len(group.runs), "batched": batched, "why_not_batched": why,
+            "s_per_step": s_per_step, "steps_left": steps_left, "source": source,
+            "seconds": s_per_step * steps_left * (1 if batched else len(group.runs))}
+
+
+def logged_rates(root: Path) -> tuple[dict[str, dict], str]:
+    """The steps per second of every group the committed campaign logs (:data:`DEVICE_LOGS` under
+    ``root``) measured, by group label: ``steps_per_s``, ``steps``, ``batched`` and ``explicit``
+    (whether the batched step kept to the explicit attention: the records that name their
+    ``vmap_fallbacks``), from the record with the most steps where a group was logged more than
+    once; and a line naming the logs and their campaigns (device, groups at once). A ValueError
+    when no log is committed."""
+    files = sorted(root.glob(DEVICE_LOGS))
+    if not files:
+        raise ValueError(f"no CUDA device here and no campaign log under {root / DEVICE_LOGS} to estimate from: "
+                         "run the estimate on the device, or pass --device cpu")
+    rates: dict[str, dict] = {}
+    names = []
+    for file in files:
+        records = [json.loads(line) for line in _lines(file, "campaign log") if line.strip()]
+        names += [f"{file.relative_to(root)} ({r['device_name']}, {r['jobs']} groups at once)"
+                  for r in records if "wall_s" in r]
+        for r in records:
+            if "group" in r and r["steps_run"] and r["seconds"] and r["steps_run"] > rates.get(r["group"], {}).get(
+                    "steps", 0):
+                rates[r["group"]] = {"steps_per_s": r["steps_run"] / r["seconds"], "steps": r["steps_run"],
+                                     "batched": r["batched"], "explicit": "vmap_fallbacks" in r}
+    return rates, ", ".join(names)
+
+
+def _logged_row(group: Group, logged: dict[str, dict]) -> dict:
+    """A group's row of the estimate from the logged rates: its own, else the median of the groups
+    logged trained the same way (a launch-bound step's rate hardly depends on the model's size)."""
+    batched = group.unbatched is None
+    if group.label in logged:
+        own = logged[group.label]
+        older = own["batched"] and not own["explicit"]
+        return _row(group, 1 / own["steps_per_s"], batched, group.unbatched,
+                    f"logged, {own['steps']} steps" + (f" ({BEFORE_EXPLICIT})" if older else ""))
+    kind = "batched" if batched else "run by run"
+    alike = [r["steps_per_s"] for r in logged.values() if r["batched"] == batched]
+    if not alike:
+        raise ValueError(f"{group.label}: no group trained {kind} in the campaign logs to estimate it from; "
+                         "run the estimate on the device")
+    return _row(group, 1 / statistics.median(alike), batched, group.unbatched,
+                f"median of {len(alike)} logged {kind}")
+
+
+def schedule(seconds: list[float], jobs: int, limit: float | None,
+             give_up_s: list[float | None] | None = None) -> list[tuple[float, float, bool]]:
+    """Where each group of a plan begins and ends as the campaign runs them, ``jobs`` at a time in
+    plan order (each on the first slot free), and whether it ends within ``limit`` seconds. One that
+    would not holds its slot until ``limit`` (stopped at the deadline, at a checkpoint) or, where
+    ``give_up_s`` gives it seconds (a batched group: :data:`PROJECT_AFTER_S`), that long only, as a
+    batched group whose rate projects its end past the deadline stops then; one whose slot frees at
+    ``limit`` or later does not start. So what does not fit is cut, and the groups after it may
+    still fit."""
+    slots, placed = [0.0] * jobs, []
+    for number, cost in enumerate(seconds):
         slot = min(range(jobs), key=slots.__getitem__)
-        begins, slots[slot] = slots[slot], slots[slot] + cost
-        cut = cut or (limit is not None and slots[slot] > limit)
-        placed.append((begins, slots[slot], not cut))
+        begins = slots[slot]
+        fits = limit is None or begins + cost <= limit
+        gives_up = None if give_up_s is None else give_up_s[number]
+        if fits:
+            slots[slot] = begins + cost
+        elif begins < limit:
+            slots[slot] = limit if gives_up is None else min(limit, begins + gives_up)
+        placed.append((begins, slots[slot], fits))
     return placed
 
 
@@ -495,17 +572,14 @@ def _probe(group: Group, device: str, scratch: Path) -> tuple[float, bool, str |
     until = min(PROBE_STEPS, first.train_cfg.steps)
     if why is None:
         seeds = [SeedRun(scratch / r.name, r.train_cfg) for r in group.runs]
-        errors = []
-        for impl in dict.fromkeys([first.model_cfg.attention_impl, "reference"]):
-            try:
-                train_batched(first.model_cfg, seeds, device, impl=impl, until=until)
-                return _logged_seconds_per_step(seeds[0].out), True, None
-            except (KeyboardInterrupt, ValueError):
-                raise
-            except Exception as err:   # vmap refused this implementation's kernels
-                errors.append(f"{impl}: {str(err).splitlines()[0][:200]}")
-                shutil.rmtree(scratch, ignore_errors=True)
-        why = "vmap has no batching rule for its kernels: " + "; ".join(errors)
+        try:
+            train_batched(first.model_cfg, seeds, device, until=until)
+            return _logged_seconds_per_step(seeds[0].out), True, None
+        except (KeyboardInterrupt, ValueError):
+            raise
+        except Exception as err:   # vmap refused the mechanism's reference
+            why = "vmap refused its attention's reference: " + str(err).splitlines()[0][:200]
+            shutil.rmtree(scratch, ignore_errors=True)
     train(first.model_cfg, first.train_cfg, scratch / first.name, progress=False, device=device, until=until)
     return _logged_seconds_per_step(scratch / first.name), False, why
 
@@ -526,15 +600,27 @@ def _checkpoint_step(run_dir: Path) -> int:
     return (models.read_config(run_dir).get("training") or {}).get("step", 0)
 
 
-def estimate_table(rows: list[dict], device: str, jobs: int, limit: float | None) -> str:
-    lines = [f"Estimated on {device}, {jobs} groups at once in plan order (each measured alone; evaluations not "
-             "counted)" + ("" if limit is None else f"; training time {limit:.0f} s") + ":", "",
-             "| group | runs | batched | s/step | steps left | seconds | from - to (s) | fits |",
-             "|---|---|---|---|---|---|---|---|"]
+def estimate_table(rows: list[dict], measured: str, jobs: int, limit: float | None) -> str:
+    """The estimate's table: each group's rate and where it comes from, its seconds, where it
+    begins and ends, whether it fits; then the runs that fit and why groups are not batched."""
+    lines = [f"Estimated for {measured}; {jobs} groups at once in plan order (evaluations not counted)"
+             + ("" if limit is None else f"; training time {limit:.0f} s") + ":", "",
+             "| group | runs | batched | s/step | rate from | steps left | seconds | from - to (s) | fits |",
+             "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['group']} | {r['runs']} | {'yes' if r['batched'] else 'no'} | {r['s_per_step']:.4f} | "
-              f"{r['steps_left']} | {r['seconds']:.0f} | {r['begins_s']:.0f} - {r['ends_s']:.0f} | "
-              f"{'yes' if r['fits'] else 'cut'} |" for r in rows]
+              f"{r['source']} | {r['steps_left']} | {r['seconds']:.0f} | {r['begins_s']:.0f} - {r['ends_s']:.0f} | "
+              f"{_fit(r, limit)} |" for r in rows]
     fitting = sum(r["runs"] for r in rows if r["fits"])
     reasons = sorted({f"- not batched, {r['why_not_batched']}" for r in rows if r["why_not_batched"]})
+    if any(BEFORE_EXPLICIT in r["source"] for r in rows):
+        reasons.append(f"- {BEFORE_EXPLICIT}: {BEFORE_EXPLICIT_WHY}")
     return ("\n".join(lines) + f"\n\n{fitting} of {sum(r['runs'] for r in rows)} runs fit.\n"
             + "".join(f"{line}\n" for line in reasons))
+
+
+def _fit(row: dict, limit: float | None) -> str:
+    """Whether a group of the estimate fits, is cut (trained until it stops, at a checkpoint), or
+    does not start."""
+    if row["fits"]:
+        return "yes"
+    return "not started" if row["begins_s"] >= limit else "cut"

@@ -2,9 +2,13 @@
 
 Each seed is a run of :func:`interp.training.loop.train` in a directory of its own, and is set up
 exactly as that run is (:func:`interp.training.setup.prepare_run`: the same initial weights, or its
-checkpoint when resuming). Their parameters are then stacked on a new first axis, the seed, and one
-step of all of them is ``vmap`` over the seeds of ``grad`` of one seed's loss (``torch.func``, the
-model's own code through ``functional_call``):
+checkpoint when resuming). Their parameters are then stacked on a new first axis, the seed. One
+step of all of them is the forward of one seed's loss ``vmap`` over the seeds (``torch.func``, the
+model's own code through ``functional_call``), then one backward of the sum of the seeds' losses
+by ordinary autograd: a seed's loss reads its own slice of the stacks alone, so the gradient of the
+sum is each seed's own gradient. Only the forward runs under the transform; the backward runs in
+autograd's engine over the batched operations the forward recorded, without the transform's
+per-operation overhead in Python (``vmap`` of ``grad`` would wrap every backward operation too):
 
 - data: each seed reads its own batches (:class:`interp.training.setup.BatchSource`, a function
   of the seed and the step), checked before the transform;
@@ -12,6 +16,15 @@ model's own code through ``functional_call``):
 - clipping: each seed's gradient is scaled by its own global norm, as ``clip_grad_norm_`` does;
 - AdamW: one optimiser over the stacked tensors, with the loop's parameter groups; every AdamW
   operation is elementwise, so each seed's slice of its state is that seed's own optimiser state.
+
+Under ``vmap`` every mechanism runs its attention core's reference (:data:`BATCHED_IMPL`): plain
+tensor operations (matmul, mask, softmax, matmul; Shaw's and CoPE's position tables read by
+``gather``), each with a batching rule, so one kernel serves every seed, on every device. The fast
+paths would not: which SDPA kernel runs depends on the device and the inputs (the CPU's has no
+batching rule, and ``vmap`` then loops over the seeds one at a time), and the Triton and row
+kernels are autograd Functions without a rule of their own, which ``vmap`` refuses.
+:func:`vmap_fallbacks` names any operation that still loops; the campaign logs them and
+``tests/test_campaign.py`` holds every batchable mechanism to none.
 
 So each seed follows its single-seed run up to float rounding (``tests/test_campaign.py`` holds
 them together over 100 steps). Each seed's checkpoint, ``log.jsonl`` and quick checks are the
@@ -27,15 +40,18 @@ LSTM. Such runs train one process per seed (:mod:`interp.studies.campaign`).
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
-from contextlib import ExitStack
+import warnings
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 import torch
 import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-from torch.func import functional_call, grad_and_value, vmap
+from torch.func import functional_call, vmap
 
 import models
 from interp.outputs import writable_dir
@@ -47,6 +63,11 @@ from interp.training.setup import (
 from models import ModelConfig
 from models.checkpoint import on_device
 from models.tokens import as_token_ids
+
+# The attention implementation of the batched model (see the module docstring)
+BATCHED_IMPL = "reference"
+# How torch names an operation without a batching rule when vmap loops over it (its fallback warning)
+FALLBACK_WARNING = re.compile(r"not yet implemented the batching rule for ([\w:]+(?:\.\w+)*)")
 
 # The losses and gradient norms of this many steps are read back from the device at once: reading
 # them every step would wait for each step's kernels before launching the next.
@@ -70,6 +91,27 @@ def unbatchable(model_cfg: ModelConfig, cfg: TrainConfig) -> str | None:
     return None
 
 
+@contextmanager
+def vmap_fallbacks() -> Iterator[list[str]]:
+    """The operations ``vmap`` runs seed by seed while the block runs (those without a batching
+    rule), each named once in the order met, from torch's fallback warning, switched on for the
+    block (torch ships it off); the block's other warnings are passed on."""
+    found: list[str] = []
+    torch._C._functorch._set_vmap_fallback_warning_enabled(True)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield found
+    finally:
+        torch._C._functorch._set_vmap_fallback_warning_enabled(False)
+    for warning in caught:
+        fallback = FALLBACK_WARNING.search(str(warning.message))
+        if fallback is None:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+        elif fallback[1] not in found:
+            found.append(fallback[1])
+
+
 @dataclass
 class SeedRun:
     """One seed of a batch: its directory and its training config."""
@@ -79,27 +121,32 @@ class SeedRun:
 
 class BatchStopped(Exception):
     """The batch stopped before its last step (``why``: the deadline, a stop signal, or a
-    projected end past the deadline), each seed's checkpoint saved at ``step``."""
+    projected end past the deadline), each seed's checkpoint saved at ``step``; ``fallbacks``: the
+    operations its first step ran seed by seed (:func:`vmap_fallbacks`)."""
 
-    def __init__(self, step: int, steps_run: int = 0, step_seconds: float = 0.0, why: str = "stopped"):
+    def __init__(self, step: int, steps_run: int = 0, step_seconds: float = 0.0, why: str = "stopped",
+                 fallbacks: tuple[str, ...] = ()):
         self.step, self.steps_run, self.step_seconds, self.why = step, steps_run, step_seconds, why
+        self.fallbacks = fallbacks
         super().__init__(f"{why} after step {step}, each seed's checkpoint saved")
 
     def __reduce__(self):
-        return type(self), (self.step, self.steps_run, self.step_seconds, self.why)
+        return type(self), (self.step, self.steps_run, self.step_seconds, self.why, self.fallbacks)
 
 
 @dataclass
 class BatchOutcome:
     """What :func:`train_batched` did: the steps it ran from ``start``, the seconds of its loop and
     of its steps alone (without the quick checks and the checkpoints), the seeds that diverged (by
-    directory, with the step), and the trained models of the others."""
+    directory, with the step), the trained models of the others, and the operations its first step
+    ran seed by seed (:func:`vmap_fallbacks`)."""
     start: int
     steps_run: int
     seconds: float
     step_seconds: float
     diverged: dict[str, int]
     trained: dict[str, torch.nn.Module]
+    fallbacks: tuple[str, ...]
 
 
 def masked_mean_loss(logits: Float[Tensor, "batch pos d_vocab"], targets: Int[Tensor, "batch pos"],
@@ -120,13 +167,13 @@ def optimizer_groups(named: list[tuple[str, Tensor]], cfg: TrainConfig) -> list[
 
 class SeedStack:
     """The seeds' models as one: stacked parameters and buffers, one AdamW over the stacks, and the
-    module whose code runs under ``vmap`` (``impl``: its attention implementation, the same model up
-    to float rounding; a custom autograd kernel without a batching rule needs ``reference``)."""
+    module whose forward runs under ``vmap`` (the same model with the attention of
+    :data:`BATCHED_IMPL`, equal up to float rounding)."""
 
     def __init__(self, model_cfg: ModelConfig, cfg: TrainConfig, seed_models: list[torch.nn.Module],
-                 seed_optimizers: list[torch.optim.AdamW], device: torch.device, impl: str):
+                 seed_optimizers: list[torch.optim.AdamW], device: torch.device):
         self.model_cfg, self.cfg, self.device = model_cfg, cfg, device
-        self.base = on_device(models.build_model(replace(model_cfg, attention_impl=impl)), device).train()
+        self.base = on_device(models.build_model(replace(model_cfg, attention_impl=BATCHED_IMPL)), device).train()
         named = [(n, p) for n, p in seed_models[0].named_parameters() if p.requires_grad]
         self.groups = optimizer_groups(named, cfg)
         self.params = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in seed_models]).requires_grad_()
@@ -143,7 +190,7 @@ class SeedStack:
                            for key, value in states[0][i].items()} for i in states[0]}
             self.optimizer.load_state_dict({"state": stacked,
                                             "param_groups": self.optimizer.state_dict()["param_groups"]})
-        self.step_fn = vmap(grad_and_value(self._loss))
+        self.seed_losses = vmap(self._loss)
 
     def _loss(self, params, buffers, x, y, scored):
         logits = functional_call(self.base, (params, buffers), (x,))
@@ -155,8 +202,10 @@ class SeedStack:
         loss and gradient norm before clipping (on the device, unread)."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr_at(step, self.cfg)
-        grads, losses = self.step_fn(self.params, self.buffers, x, y, scored)
-        norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads.values()], 1).norm(dim=1)
+        with torch.enable_grad():   # the loop runs without gradients; the seeds' forward records them
+            losses = self.seed_losses(self.params, self.buffers, x, y, scored)
+            grads = dict(zip(self.params, torch.autograd.grad(losses.sum(), list(self.params.values()))))
+        norms = torch.stack([g.reshape(len(g), -1).norm(dim=1) for g in grads.values()], 1).norm(dim=1)
         max_norm = float("inf") if self.cfg.grad_clip is None else self.cfg.grad_clip
         scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)   # clip_grad_norm_'s, per seed
         for name, p in self.params.items():
@@ -175,16 +224,15 @@ class SeedStack:
 
 
 def train_batched(model_cfg: ModelConfig, seeds: list[SeedRun], device: str | torch.device = "cpu",
-                  deadline: float | None = None, checkpoint_s: float = 120.0, impl: str | None = None,
-                  until: int | None = None, project_after_s: float | None = None) -> BatchOutcome:
+                  deadline: float | None = None, checkpoint_s: float = 120.0, until: int | None = None,
+                  project_after_s: float | None = None) -> BatchOutcome:
     """Train ``seeds`` (the same configuration but for the seed) as one batched model on ``device``,
     each seed checkpointed, logged and quick-checked in its own directory as by
     :func:`interp.training.loop.train`. Every seed must be at the same step (fresh, or resumed from
     checkpoints of one step). ``deadline`` (``time.time()``) and a stop signal save every seed's
     checkpoint and raise :class:`BatchStopped`, as does, with ``project_after_s``, a batch whose steps
     so far (once they took that many seconds) project its end past the deadline; checkpoints are also saved every ``checkpoint_s``
-    seconds, and at ``until`` (a step of the schedule, as the loop's), where it returns. ``impl``:
-    the attention implementation run under ``vmap`` (default: the config's)."""
+    seconds, and at ``until`` (a step of the schedule, as the loop's), where it returns."""
     cfg0 = seeds[0].cfg
     if any(dataclasses.replace(s.cfg, seed=0) != dataclasses.replace(cfg0, seed=0) for s in seeds):
         raise ValueError("the seeds of a batch must share every training option but the seed")
@@ -205,8 +253,7 @@ def train_batched(model_cfg: ModelConfig, seeds: list[SeedRun], device: str | to
         check_final_evaluation(runs[0].model, cfg0)
         for seed, run in zip(seeds, runs):
             start_log(seed.out / "log.jsonl", run.resumed, start, False)
-        stack = SeedStack(model_cfg, cfg0, [r.model for r in runs], [r.optimizer for r in runs], device,
-                          impl or model_cfg.attention_impl)
+        stack = SeedStack(model_cfg, cfg0, [r.model for r in runs], [r.optimizer for r in runs], device)
         evaluator = runs[0].model   # a seed's own model, the config's implementation: loaded per seed to evaluate
         del runs
         return _run_batched(stack, seeds, evaluator, start, stop, deadline, checkpoint_s, project_after_s)
@@ -223,6 +270,7 @@ def _run_batched(stack: SeedStack, seeds: list[SeedRun], evaluator: torch.nn.Mod
     interrupt = GracefulInterrupt()
     t0 = last_save = time.time()
     aside = 0.0   # seconds of quick checks and checkpoints
+    fallbacks: list[str] = []   # what vmap ran seed by seed in the first step
 
     def seed_model(index: int) -> torch.nn.Module:
         weights, _ = stack.seed_state(index)
@@ -271,7 +319,11 @@ def _run_batched(stack: SeedStack, seeds: list[SeedRun], evaluator: torch.nn.Mod
             for x, _, _ in batches:   # the check the model cannot make under vmap
                 as_token_ids(x, stack.model_cfg.d_vocab)
             x, y, scored = (torch.stack(parts).to(stack.device) for parts in zip(*batches))
-            losses, norms = stack.step(step, x, y, scored)
+            if step == start:   # the first step names what vmap loops over, for the campaign's log
+                with vmap_fallbacks() as fallbacks:
+                    losses, norms = stack.step(step, x, y, scored)
+            else:
+                losses, norms = stack.step(step, x, y, scored)
             done = step + 1
             pending.append((done, losses, norms))
             pending_time.append(time.time() - t0)
@@ -291,7 +343,7 @@ def _run_batched(stack: SeedStack, seeds: list[SeedRun], evaluator: torch.nn.Mod
             if why:
                 interrupt.stopping()
                 checkpoint(done)
-                raise BatchStopped(done, done - start, time.time() - t0 - aside, why)
+                raise BatchStopped(done, done - start, time.time() - t0 - aside, why, tuple(fallbacks))
             if done < stop and time.time() - last_save >= checkpoint_s:
                 began = time.time()
                 checkpoint(done)
@@ -313,7 +365,7 @@ def _run_batched(stack: SeedStack, seeds: list[SeedRun], evaluator: torch.nn.Mod
             for index, seed in enumerate(seeds):
                 if str(seed.out) not in diverged:
                     trained[str(seed.out)] = models.load(seed.out, device=stack.device).eval()
-    return BatchOutcome(start, stop - start, time.time() - t0, step_seconds, diverged, trained)
+    return BatchOutcome(start, stop - start, time.time() - t0, step_seconds, diverged, trained, tuple(fallbacks))
 
 
 def _why_stop(requested: bool, deadline: float | None, project_after_s: float | None, step_seconds: float,

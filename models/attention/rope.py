@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from kernels.tooling import native
@@ -80,5 +81,10 @@ class RotatedUnit(torch.autograd.Function):
 def rotated_unit(x: torch.Tensor, rotate: bool = True) -> torch.Tensor:
     """``x [batch, pos, head, d_head]`` rotated by RoPE (when ``rotate``) and scaled to unit
     length along its last axis, in at least float32: trela's and TDA's q~ and k~
-    (:class:`RotatedUnit`)."""
-    return RotatedUnit.apply(upcast(x), rotate)
+    (:class:`RotatedUnit`; under a ``torch.func`` transform, as the campaign's batched seeds run,
+    the two functions themselves, the floats of its PyTorch path: torch refuses an autograd
+    Function without a rule of its own for the transform)."""
+    x = upcast(x)
+    if torch._C._are_functorch_transforms_active():
+        return F.normalize(apply_rope(x) if rotate else x, dim=-1, eps=NORMALISE_EPS)
+    return RotatedUnit.apply(x, rotate)
