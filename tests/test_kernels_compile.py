@@ -26,7 +26,8 @@ from kernels.tooling.tiles import (HEAD_DIMS, TILE_CONFIGS, TileConfig, compilin
 ENVIRONMENT_VARIABLES = {"GLITCHLENS_COMPILE_MATRIX": (
     "", "1: also compile the full matrix of kernels, targets, dtypes, head dims and tiles (about 2800 binaries, "
         "hours of CPU)")}
-KERNELS = {f"{op}_{kernel}" for op in ("tra", "fot", "trela", "tda") for kernel in ("fwd", "bwd_dkdv", "bwd_dq")}
+KERNELS = ({f"{op}_{kernel}" for op in ("tra", "fot", "trela", "tda") for kernel in ("fwd", "bwd_dkdv", "bwd_dq")}
+           | {f"{op}_{table}_norms" for op in ("trela", "tda") for table in ("key", "query")})  # the norm bound's pre-passes
 
 
 def compile_only(out, *options: str) -> tuple[subprocess.CompletedProcess, pd.DataFrame]:

@@ -91,7 +91,9 @@ def test_threshold_flips(device):
                                        ("tda", Case(130, 32, blocks=(16, 16), beta=1.0, empty=True))], ids=str)
 def test_skipping_zero_tiles_is_exact(name, case, device):
     """A tile where every view and its derivative are zero adds exactly nothing, forward and
-    backward, so skipping it changes no bit of the output or of a gradient (beta's included)."""
+    backward, so skipping it, by the norm bound alone (the default's backward), by the bound and
+    the scores (the default's forward, and True), changes no bit of the output or of a gradient
+    (beta's included). At beta 3 and head dim 32 the bound decides from position 5 on (tau > 1)."""
     from kernels.tooling.bench import zero_tile_fraction
 
     kernel = implementation(name, "triton", case)
@@ -100,8 +102,28 @@ def test_skipping_zero_tiles_is_exact(name, case, device):
         assert zero_tile_fraction(pattern_of(implementation(name, "reference"), x, **scalars), (16,))[16] > 0.2
     x = make_inputs(name)(case, torch.Generator().manual_seed(0), device)  # the same values, as leaves
     dz = torch.randn(x["v"].shape, generator=torch.Generator().manual_seed(1)).to(device)
-    dense, skipped = (run(kernel, x, dz, skip_zero_tiles=flag, kappa=case.kappa, p=case.p) for flag in (False, True))
-    torch.testing.assert_close(skipped, dense, rtol=0, atol=0)
+    dense, *skipped = (run(kernel, x, dz, skip_zero_tiles=flag, kappa=case.kappa, p=case.p)
+                       for flag in (False, None, True))
+    for result in skipped:
+        torch.testing.assert_close(result, dense, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_norm_bound_skips_tiles_without_loading_them(name, device):
+    """Past the position where tau exceeds every |q||k| (tau > 1 for unit rows: from position 5 at
+    beta 3, head dim 16), the norm bound rules a tile out before loading it, in the backward too,
+    which by default does not test the scores: NaN in V there leaves the output there 0 and every
+    gradient finite, where skipping off multiplies the NaN by zero weights."""
+    case = Case(40, 16, blocks=(16, 16), beta=3.0)
+    kernel = implementation(name, "triton", case)
+    x = make_inputs(name)(case, torch.Generator().manual_seed(0), device)
+    with torch.no_grad():
+        x["v"][:, 16:] = float("nan")
+    dz = torch.randn(x["v"].shape, generator=torch.Generator().manual_seed(1)).to(device)
+    z, grads = run(kernel, x, dz, kappa=case.kappa, p=case.p)   # finite gradients, checked by run
+    assert (z[:, 16:] == 0).all()
+    with pytest.raises(AssertionError):
+        run(kernel, x, dz, skip_zero_tiles=False, kappa=case.kappa, p=case.p)
 
 
 def test_per_head_beta_and_lambda(device):

@@ -6,9 +6,10 @@ TDA paper Sec. 4 and App. C, as streaming kernels, exact against ``kernels.thres
 
 - q*, k*, v: ``[batch, pos, head, d_head]``, float32 / bfloat16 / float16, any strides; q and
   k are used as given (the models pass them RoPE'd and L2-normalised).
-- beta, lam: Python floats or float tensors, scalar (one per layer, as the models) or ``[head]``;
-  kappa: float or scalar tensor; p >= 1 a float (1 and 2 are exact products, other values
-  go through exp2/log2). None of them is read back to the host.
+- beta, lam: Python floats or float tensors, scalar (one per layer, as the models) or ``[head]``,
+  never read back to the host; kappa > 0: a number (a tensor is read to the host once per call
+  and gets no gradient here: the reference and the rows path give one); p >= 1 a float (1 and 2
+  are exact products, other values go through exp2/log2).
 - z: ``[batch, pos, head, d_head]`` in v's dtype, accumulated in float32. It is the sum
   BEFORE the per-head output RMSNorm, which the caller applies.
 
@@ -19,14 +20,43 @@ exactly 0 for j > i whatever the sign of beta, ``z_i = sum_j a_ij v_j``: no soft
 normalisation. The differential form uses ``a1 - lam a2`` (both views with the same tau and
 p) in a single P V product, loading V once.
 
-Gradients for every q, k, v, for lam (``-sum_ij dA_ij a2_ij``) and, through tau, for beta
-(the kernel returns ``dtau_i = -sum_j ds_ij`` summed over the views; tau itself is computed
-by PyTorch, :func:`kernels.tooling.common.threshold`, so a kappa tensor that requires grad gets one
-too, with its caveat that sqrt's derivative is infinite where the clamped log is 0). At s_ij = tau_i exactly the
-rectifier's gradient is taken as 0, as in PyTorch's ReLU.
+tau is computed in the kernels, for each tile of query rows from beta (one per head) and
+kappa, as :func:`kernels.tooling.common.threshold` computes it in PyTorch (the same float32
+operations; the log and sqrt are Triton's, so a tau may differ from PyTorch's in its last bits):
+no tensor of tau is built, and the forward makes no PyTorch launch for it.
+
+Gradients for every q, k, v, for lam (``-sum_ij dA_ij a2_ij``) and for beta: the dQ kernel
+writes each row's ``dtau_i c_i`` (``dtau_i = -sum_j ds_ij`` summed over the views, ``c_i =
+tau_i / beta``), summed by PyTorch. At s_ij = tau_i exactly the rectifier's gradient is taken
+as 0, as in PyTorch's ReLU.
 Backward is FlashAttention-2's two-kernel split (one program per key tile for dK and dV,
-one per query tile for dQ, dtau and dlam), recomputing the tiles from q, k and tau; there
-is no log-sum-exp to save.
+one per query tile for dQ, beta's and lam's rows), recomputing the tiles from q, k and tau;
+there is no log-sum-exp to save.
+
+Skipping empty tiles (``skip_zero_tiles``), exact bit for bit: a (query tile, key tile) pair in
+which no score exceeds its row's tau adds exactly zero to the output and to every gradient. Two
+tests find such tiles:
+
+- the norm bound, before anything of the tile is loaded: ``s_ij <= ||q_i|| ||k_j||``
+  (Cauchy-Schwarz), so a tile whose largest query norm times largest key norm, with
+  :data:`BOUND_SLACK` for the float32 rounding of the scores and norms, is at most the tile's
+  smallest tau holds no survivor. The tiles' norms come from a pre-pass (:func:`_key_norms` in
+  the forward, :func:`_query_norms` in the backward: one launch each), a program's own tile's
+  from its rows. The dK/dV kernel decides per (key tile, query tile); the forward and dQ
+  kernels per query tile, against the largest norm of the key tiles it would walk
+  (:func:`_keys_in_reach`, which says why). On the L2-normalised q, k of the models the bound is
+  ~1, so it decides wherever tau > 1: beta sqrt(2 log(i + 1) / d_head) > 1, i.e. past position
+  e^(d_head / (2 beta^2)) - 1 (2980 for ``tda-beta1``'s head dim 16 and beta 1; never for head
+  dim 64 at beta 1 within 2^31 positions).
+- the tile's largest rectified score, after its scores (one reduction of what every tile
+  computes anyway): what the bound misses, at the cost of the score product.
+
+Tighter bounds from per-tile summaries were measured on trained inputs and detect almost none of
+the empty tiles: the per-dimension box bound (``sum_d max`` of the products of the query and key
+tiles' per-dimension extremes), the centroid-and-radius bound, and each query row against the
+key tile's box (:func:`kernels.tooling.bench.tile_bound_detection`; the figures are in
+docs/explanation/kernels-and-cpu-path.md, "Zero tiles"): a tile of 32 to 128 unit vectors in
+16 to 64 dimensions spans too many directions for its box or ball to stay below tau.
 """
 
 from __future__ import annotations
@@ -35,9 +65,67 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.tooling.common import threshold
-from kernels.tooling.tiles import (causal_tile, check_heads, head_base, key_tile_meta, key_tile_products, launch_meta, load_row,
-                           load_tile, program_tile, rows_base, store_row, store_tile, tile_needed)
+from kernels.tooling.tiles import (causal_tile, check_heads, head_base, key_tile_meta, key_tile_products, launch_meta,
+                                   load_tile, program_tile, rows_base, store_row, store_tile, tile_needed)
+
+# Relative slack of the norm bound: the kernels' float32 scores (sums of d_head products, on the
+# tensor cores) and the float32 norms are each within d_head * 2^-24 (relative, about 2^-17 at
+# head dim 128) of the exact values; 2^-10 leaves a margin of over a hundred times that, and moves
+# the position where the bound starts to decide by a factor e^(d_head / 2^11 beta^2) at most.
+BOUND_SLACK = tl.constexpr(2.0 ** -10)
+
+
+@triton.jit
+def _threshold(BETA, h, pos, kappa, D: tl.constexpr):
+    """``(tau, c)`` of rows ``pos`` of head ``h``: tau_i (eq. 1) in the float32 operations of
+    :func:`kernels.tooling.common.threshold`, and ``c_i = tau_i / beta``, what beta's gradient needs."""
+    c = tl.sqrt(2.0 * tl.maximum(tl.log((pos + 1).to(tl.float32) / kappa), 0.0) / D)
+    return tl.load(BETA + h) * c, c
+
+
+@triton.jit
+def _smallest(tau, pos, T):
+    """The smallest tau of a tile's rows before T (+inf for a tile past T)."""
+    return tl.min(tl.where(pos < T, tau, float("inf")), axis=0)
+
+
+@triton.jit
+def _largest_norm(x1, x2, TWO_VIEWS: tl.constexpr):
+    """The largest row norm of a tile in either view, float32; a row whose squared norm is NaN counts
+    as infinite, so that the bound never decides on it."""
+    x1 = x1.to(tl.float32)
+    squares = tl.sum(x1 * x1, axis=1)
+    if TWO_VIEWS:
+        x2 = x2.to(tl.float32)
+        squares = tl.maximum(squares, tl.sum(x2 * x2, axis=1))
+    return tl.sqrt(tl.max(tl.where(squares == squares, squares, float("inf")), axis=0))
+
+
+@triton.jit
+def _keys_in_reach(n_keys, q_norm, K_NORMS, tau_min, BLOCK_N: tl.constexpr, BOUND: tl.constexpr):
+    """The keys a query tile must walk: ``n_keys`` (its causal keys), or none where the norm bound
+    rules out every key tile at once: its largest query norm times the largest key-tile norm of
+    the first ``n_keys`` keys (``K_NORMS``, the head's row of the table) is at most its smallest
+    tau. Deciding per query tile rather than per key tile keeps the key loop's body free of a
+    branch around its loads, which Triton's pipelining needs: a per-tile test there spilled
+    registers in float32 on sm_80 (TDA's forward, trela's dQ). On unit rows the key tiles' norms
+    are all ~1, so it rules out the same tiles."""
+    if BOUND:
+        k_max = tl.full([], 0.0, tl.float32)
+        for start in range(0, tl.cdiv(n_keys, BLOCK_N), BLOCK_N):
+            tiles = start + tl.arange(0, BLOCK_N)
+            k_max = tl.maximum(k_max, tl.max(tl.load(K_NORMS + tiles, mask=tiles < tl.cdiv(n_keys, BLOCK_N),
+                                                     other=0.0), axis=0))
+        return tl.where(_may_survive(q_norm, k_max, tau_min, BOUND), n_keys, 0)
+    else:
+        return n_keys
+
+
+@triton.jit
+def _may_survive(q_norm, k_norm, tau_min, BOUND: tl.constexpr):
+    """False where the norm bound proves that no score of the tile exceeds its smallest tau (and the
+    bound is on); NaN anywhere leaves the tile to the full computation."""
+    return ~(q_norm * k_norm * (1.0 + BOUND_SLACK) <= tau_min) | (not BOUND)
 
 
 @triton.jit
@@ -73,16 +161,42 @@ def _view_rows(X1, X2, pos, T, s1, s2, D: tl.constexpr, TWO_VIEWS: tl.constexpr)
 
 
 @triton.jit
-def _fwd(Q1, K1, Q2, K2, V, TAU, LAM, Z, sq1, sk1, sq2, sk2, sv, sz, T, H,
+def _tile_norms(X1, X2, NORMS, s1, s2, T, H, D: tl.constexpr, BLOCK: tl.constexpr, TWO_VIEWS: tl.constexpr):
+    """The norm bound's pre-pass, one program per tile of ``BLOCK`` rows and sequence-head:
+    ``NORMS[bh, tile]`` = the tile's largest row norm in either view (:func:`_largest_norm`)."""
+    b, h, bh, pos = program_tile(H, BLOCK)
+    x1, x2 = _view_rows(head_base(X1, b, h, s1), head_base(X2, b, h, s2), pos, T, s1, s2, D, TWO_VIEWS)
+    tl.store(NORMS + bh.to(tl.int64) * tl.num_programs(0) + tl.program_id(0), _largest_norm(x1, x2, TWO_VIEWS))
+
+
+@triton.jit
+def _key_norms(K1, K2, NORMS, s1, s2, T, H, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               TWO_VIEWS: tl.constexpr):
+    """:func:`_tile_norms` of the key tiles (``BLOCK_N`` rows), for the forward and dQ kernels."""
+    _tile_norms(K1, K2, NORMS, s1, s2, T, H, D, BLOCK_N, TWO_VIEWS)
+
+
+@triton.jit
+def _query_norms(Q1, Q2, NORMS, s1, s2, T, H, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 TWO_VIEWS: tl.constexpr):
+    """:func:`_tile_norms` of the query tiles (``BLOCK_M`` rows), for the dK/dV kernel."""
+    _tile_norms(Q1, Q2, NORMS, s1, s2, T, H, D, BLOCK_M, TWO_VIEWS)
+
+
+@triton.jit
+def _fwd(Q1, K1, Q2, K2, V, BETA, LAM, K_NORMS, Z, sq1, sk1, sq2, sk2, sv, sz, T, H, kappa,
          D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POWER: tl.constexpr,
-         TWO_VIEWS: tl.constexpr, PREC: tl.constexpr, SKIP_ZERO_TILES: tl.constexpr):
+         TWO_VIEWS: tl.constexpr, PREC: tl.constexpr, BOUND: tl.constexpr, SKIP_ZERO_TILES: tl.constexpr):
     b, h, bh, offs_m = program_tile(H, BLOCK_M)
     K1, K2, V = head_base(K1, b, h, sk1), head_base(K2, b, h, sk2), head_base(V, b, h, sv)
+    K_NORMS += bh.to(tl.int64) * tl.cdiv(T, BLOCK_N)
     lam = tl.load(LAM + bh)
     q1, q2 = _view_rows(head_base(Q1, b, h, sq1), head_base(Q2, b, h, sq2), offs_m, T, sq1, sq2, D, TWO_VIEWS)
-    tau = load_row(rows_base(TAU, bh, T), offs_m, T)
+    tau = _threshold(BETA, h, offs_m, kappa, D)[0]
     acc = tl.zeros([BLOCK_M, D], tl.float32)
-    for start_n in range(0, tl.minimum((tl.program_id(0) + 1) * BLOCK_M, T), BLOCK_N):
+    n_keys = _keys_in_reach(tl.minimum((tl.program_id(0) + 1) * BLOCK_M, T), _largest_norm(q1, q2, TWO_VIEWS), K_NORMS,
+                            _smallest(tau, offs_m, T), BLOCK_N, BOUND)
+    for start_n in range(0, n_keys, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         causal = causal_tile(offs_m, offs_n, T)
         r1 = _excess(tl.dot(q1, tl.trans(load_tile(K1, offs_n, T, sk1, D)), input_precision=PREC), tau, causal)
@@ -128,36 +242,39 @@ def _tile_grads(a1, g1, a2, g2, dA, lam, TWO_VIEWS: tl.constexpr):
 
 
 @triton.jit
-def _bwd_dkdv(Q1, K1, Q2, K2, V, TAU, LAM, DO, DK1, DK2, DV, sq1, sk1, sq2, sk2, sv, so, sg, T, H,
+def _bwd_dkdv(Q1, K1, Q2, K2, V, BETA, LAM, DO, Q_NORMS, DK1, DK2, DV, sq1, sk1, sq2, sk2, sv, so, sg, T, H, kappa,
               D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POWER: tl.constexpr,
-              TWO_VIEWS: tl.constexpr, PREC: tl.constexpr, SKIP_ZERO_TILES: tl.constexpr):
-    """One key tile: dK1 (dK2) and dV, all with strides ``sg``. With ``SKIP_ZERO_TILES``, a query
-    tile where both views and their derivatives are zero loads no dO and runs no product but the
-    scores."""
+              TWO_VIEWS: tl.constexpr, PREC: tl.constexpr, BOUND: tl.constexpr, SKIP_ZERO_TILES: tl.constexpr):
+    """One key tile: dK1 (dK2) and dV, all with strides ``sg``. A query tile the norm bound rules
+    out (``BOUND``) loads nothing; with ``SKIP_ZERO_TILES``, one where both views and their
+    derivatives are zero loads no dO and runs no product but the scores."""
     b, h, bh, offs_n = program_tile(H, BLOCK_N)
-    Q1, Q2, DO, TAU = head_base(Q1, b, h, sq1), head_base(Q2, b, h, sq2), head_base(DO, b, h, so), rows_base(TAU, bh, T)
+    Q1, Q2, DO = head_base(Q1, b, h, sq1), head_base(Q2, b, h, sq2), head_base(DO, b, h, so)
     K1, K2, V = head_base(K1, b, h, sk1), head_base(K2, b, h, sk2), head_base(V, b, h, sv)
+    Q_NORMS += bh.to(tl.int64) * tl.cdiv(T, BLOCK_M)
     lam = tl.load(LAM + bh)
     k1, k2 = _view_rows(K1, K2, offs_n, T, sk1, sk2, D, TWO_VIEWS)
+    k_norm = _largest_norm(k1, k2, TWO_VIEWS)
     v = load_tile(V, offs_n, T, sv, D)
     dk1 = tl.zeros([BLOCK_N, D], tl.float32)
     dk2 = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
     for start_m in range((tl.program_id(0) * BLOCK_N) // BLOCK_M * BLOCK_M, T, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        q1, q2 = _view_rows(Q1, Q2, offs_m, T, sq1, sq2, D, TWO_VIEWS)
-        s1 = key_tile_products(q1, k1, Q1, K1, offs_m, offs_n, T, sq1, sk1, D, PREC)
-        s2 = key_tile_products(q2, k2, Q2, K2, offs_m, offs_n, T, sq2, sk2, D, PREC) if TWO_VIEWS else s1
-        a1, g1, a2, g2, support = _views(s1, s2, load_row(TAU, offs_m, T), causal_tile(offs_m, offs_n, T), POWER,
-                                         TWO_VIEWS)
-        if tile_needed(support, SKIP_ZERO_TILES):
-            do = load_tile(DO, offs_m, T, so, D)
-            w, ds1, ds2, _ = _tile_grads(a1, g1, a2, g2, key_tile_products(do, v, DO, V, offs_m, offs_n, T, so, sv, D,
-                                                                           PREC), lam, TWO_VIEWS)
-            dv += tl.dot(tl.trans(w).to(do.dtype), do, input_precision=PREC)
-            dk1 += tl.dot(tl.trans(ds1).to(q1.dtype), q1, input_precision=PREC)
-            if TWO_VIEWS:
-                dk2 += tl.dot(tl.trans(ds2).to(q2.dtype), q2, input_precision=PREC)
+        tau = _threshold(BETA, h, offs_m, kappa, D)[0]
+        if _may_survive(tl.load(Q_NORMS + start_m // BLOCK_M), k_norm, _smallest(tau, offs_m, T), BOUND):
+            q1, q2 = _view_rows(Q1, Q2, offs_m, T, sq1, sq2, D, TWO_VIEWS)
+            s1 = key_tile_products(q1, k1, Q1, K1, offs_m, offs_n, T, sq1, sk1, D, PREC)
+            s2 = key_tile_products(q2, k2, Q2, K2, offs_m, offs_n, T, sq2, sk2, D, PREC) if TWO_VIEWS else s1
+            a1, g1, a2, g2, support = _views(s1, s2, tau, causal_tile(offs_m, offs_n, T), POWER, TWO_VIEWS)
+            if tile_needed(support, SKIP_ZERO_TILES):
+                do = load_tile(DO, offs_m, T, so, D)
+                w, ds1, ds2, _ = _tile_grads(a1, g1, a2, g2, key_tile_products(do, v, DO, V, offs_m, offs_n, T, so,
+                                                                               sv, D, PREC), lam, TWO_VIEWS)
+                dv += tl.dot(tl.trans(w).to(do.dtype), do, input_precision=PREC)
+                dk1 += tl.dot(tl.trans(ds1).to(q1.dtype), q1, input_precision=PREC)
+                if TWO_VIEWS:
+                    dk2 += tl.dot(tl.trans(ds2).to(q2.dtype), q2, input_precision=PREC)
     store_tile(head_base(DK1, b, h, sg), offs_n, T, sg, dk1, D)
     store_tile(head_base(DV, b, h, sg), offs_n, T, sg, dv, D)
     if TWO_VIEWS:
@@ -165,23 +282,28 @@ def _bwd_dkdv(Q1, K1, Q2, K2, V, TAU, LAM, DO, DK1, DK2, DV, sq1, sk1, sq2, sk2,
 
 
 @triton.jit
-def _bwd_dq(Q1, K1, Q2, K2, V, TAU, LAM, DO, DQ1, DQ2, DTAU, DLAM, sq1, sk1, sq2, sk2, sv, so, sg, T, H,
-            D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POWER: tl.constexpr,
-            TWO_VIEWS: tl.constexpr, PREC: tl.constexpr, SKIP_ZERO_TILES: tl.constexpr):
-    """One query tile: dQ1 (dQ2) with strides ``sg``, dtau_i and the per-row part of dlam. With
-    ``SKIP_ZERO_TILES``, a key tile where both views and their derivatives are zero loads no V
-    and runs no product but the scores."""
+def _bwd_dq(Q1, K1, Q2, K2, V, BETA, LAM, DO, K_NORMS, DQ1, DQ2, DBETA, DLAM, sq1, sk1, sq2, sk2, sv, so, sg, T, H,
+            kappa, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POWER: tl.constexpr,
+            TWO_VIEWS: tl.constexpr, PREC: tl.constexpr, BOUND: tl.constexpr, SKIP_ZERO_TILES: tl.constexpr):
+    """One query tile: dQ1 (dQ2) with strides ``sg`` and the per-row parts of beta's gradient
+    (``dtau_i c_i``) and lam's. A query tile the norm bound rules out (``BOUND``,
+    :func:`_keys_in_reach`) walks no key tile; with
+    ``SKIP_ZERO_TILES``, one where both views and their derivatives are zero loads no V and runs
+    no product but the scores."""
     b, h, bh, offs_m = program_tile(H, BLOCK_M)
     K1, K2, V = head_base(K1, b, h, sk1), head_base(K2, b, h, sk2), head_base(V, b, h, sv)
+    K_NORMS += bh.to(tl.int64) * tl.cdiv(T, BLOCK_N)
     lam = tl.load(LAM + bh)
     q1, q2 = _view_rows(head_base(Q1, b, h, sq1), head_base(Q2, b, h, sq2), offs_m, T, sq1, sq2, D, TWO_VIEWS)
     do = load_tile(head_base(DO, b, h, so), offs_m, T, so, D)
-    tau = load_row(rows_base(TAU, bh, T), offs_m, T)
+    tau, c = _threshold(BETA, h, offs_m, kappa, D)
     dq1 = tl.zeros([BLOCK_M, D], tl.float32)
     dq2 = tl.zeros([BLOCK_M, D], tl.float32)
     dtau = tl.zeros([BLOCK_M], tl.float32)
     dlam = tl.zeros([BLOCK_M], tl.float32)
-    for start_n in range(0, tl.minimum((tl.program_id(0) + 1) * BLOCK_M, T), BLOCK_N):
+    n_keys = _keys_in_reach(tl.minimum((tl.program_id(0) + 1) * BLOCK_M, T), _largest_norm(q1, q2, TWO_VIEWS), K_NORMS,
+                            _smallest(tau, offs_m, T), BLOCK_N, BOUND)
+    for start_n in range(0, n_keys, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k1, k2 = _view_rows(K1, K2, offs_n, T, sk1, sk2, D, TWO_VIEWS)
         s1 = tl.dot(q1, tl.trans(k1), input_precision=PREC)
@@ -197,56 +319,85 @@ def _bwd_dq(Q1, K1, Q2, K2, V, TAU, LAM, DO, DQ1, DQ2, DTAU, DLAM, sq1, sk1, sq2
                 dtau -= tl.sum(ds2, axis=1)
                 dlam -= tl.sum(dA_a2, axis=1)
     store_tile(head_base(DQ1, b, h, sg), offs_m, T, sg, dq1, D)
-    store_row(rows_base(DTAU, bh, T), offs_m, T, dtau)
+    store_row(rows_base(DBETA, bh, T), offs_m, T, dtau * c)
     if TWO_VIEWS:
         store_tile(head_base(DQ2, b, h, sg), offs_m, T, sg, dq2, D)
         store_row(rows_base(DLAM, bh, T), offs_m, T, dlam)
 
 
 class ThresholdAttentionFunction(torch.autograd.Function):
-    """``(q1, k1, q2, k2, v, tau, lam, p, block_m, block_n, skip_zero_tiles) -> z``; tau
-    ``[batch, head, pos]`` and lam ``[batch, head]`` float32 contiguous. One view when q2 is
-    None (then k2 and lam are None too); see the module docstring."""
+    """``(q1, k1, q2, k2, v, beta, kappa, lam, p, block_m, block_n, skip_zero_tiles) -> z``; beta
+    ``[head]`` and lam ``[batch, head]`` float32 contiguous, kappa a float. One view when q2 is
+    None (then k2 and lam are None too); see the module docstring. ``skip_zero_tiles``: None
+    skips by the norm bound in both passes and by the scores in the forward only, True by both
+    in both passes, False not at all."""
 
     @staticmethod
-    def forward(ctx, q1, k1, q2, k2, v, tau, lam, p, block_m, block_n, skip_zero_tiles):
+    def forward(ctx, q1, k1, q2, k2, v, beta, kappa, lam, p, block_m, block_n, skip_zero_tiles):
         two = q2 is not None
         B, T, H, D = q1.shape
-        q2, k2, lam = (q2, k2, lam) if two else (q1, k1, tau)  # stand-ins for a second view, never used
-        meta = dict(POWER=p, TWO_VIEWS=two,
+        q2, k2, lam = (q2, k2, lam) if two else (q1, k1, beta)  # stand-ins for a second view, never used
+        meta = dict(POWER=p, TWO_VIEWS=two, BOUND=skip_zero_tiles is not False,
                     **launch_meta(v.dtype, D, block_m, block_n, v.device, "tda" if two else "trela"))
+        k_norms = _tile_norms_of(_key_norms, k1, k2, meta["BLOCK_N"], meta)
         z = torch.empty((B, T, H, D), dtype=v.dtype, device=v.device)
         _fwd[(triton.cdiv(T, meta["BLOCK_M"]), B * H)](
-            q1, k1, q2, k2, v, tau, lam, z, q1.stride(), k1.stride(), q2.stride(), k2.stride(), v.stride(), z.stride(),
-            T, H, SKIP_ZERO_TILES=skip_zero_tiles is not False, **meta)
-        ctx.save_for_backward(q1, k1, q2, k2, v, tau, lam)
+            q1, k1, q2, k2, v, beta, lam, k_norms, z, q1.stride(), k1.stride(), q2.stride(), k2.stride(), v.stride(),
+            z.stride(), T, H, kappa, SKIP_ZERO_TILES=skip_zero_tiles is not False, **meta)
+        ctx.save_for_backward(q1, k1, q2, k2, v, beta, lam, k_norms)
+        ctx.kappa = kappa
         ctx.meta = {**meta, "SKIP_ZERO_TILES": skip_zero_tiles is True}
         return z
 
     @staticmethod
     def backward(ctx, dz):
-        q1, k1, q2, k2, v, tau, lam = ctx.saved_tensors
+        q1, k1, q2, k2, v, beta, lam, k_norms = ctx.saved_tensors
         B, T, H, D = q1.shape
         meta, two = ctx.meta, ctx.meta["TWO_VIEWS"]
         dq1, dk1, dv = (torch.empty((B, T, H, D), dtype=v.dtype, device=v.device) for _ in range(3))
-        dtau = torch.empty((B, H, T), dtype=torch.float32, device=v.device)
+        d_beta = torch.empty((B, H, T), dtype=torch.float32, device=v.device)
         # with one view, the first view's buffers stand in for the second's (never written)
-        dq2, dk2, dlam = ((torch.empty_like(dq1), torch.empty_like(dk1), torch.empty_like(dtau)) if two
-                          else (dq1, dk1, dtau))
-        strides = (q1.stride(), k1.stride(), q2.stride(), k2.stride(), v.stride(), dz.stride(), dq1.stride(), T, H)
-        _bwd_dkdv[(triton.cdiv(T, meta["BLOCK_N"]), B * H)](q1, k1, q2, k2, v, tau, lam, dz, dk1, dk2, dv,
-                                                            *strides, **key_tile_meta(meta))
-        _bwd_dq[(triton.cdiv(T, meta["BLOCK_M"]), B * H)](q1, k1, q2, k2, v, tau, lam, dz, dq1, dq2, dtau, dlam,
-                                                          *strides, **meta)
+        dq2, dk2, d_lam = ((torch.empty_like(dq1), torch.empty_like(dk1), torch.empty_like(d_beta)) if two
+                           else (dq1, dk1, d_beta))
+        strides = (q1.stride(), k1.stride(), q2.stride(), k2.stride(), v.stride(), dz.stride(), dq1.stride(), T, H,
+                   ctx.kappa)
+        _bwd_dkdv[(triton.cdiv(T, meta["BLOCK_N"]), B * H)](
+            q1, k1, q2, k2, v, beta, lam, dz, _tile_norms_of(_query_norms, q1, q2, meta["BLOCK_M"], meta), dk1, dk2, dv, *strides,
+            **key_tile_meta(meta))
+        _bwd_dq[(triton.cdiv(T, meta["BLOCK_M"]), B * H)](q1, k1, q2, k2, v, beta, lam, dz, k_norms, dq1, dq2, d_beta,
+                                                          d_lam, *strides, **meta)
+        d_beta = d_beta.sum((0, 2))
         if not two:
-            return dq1, dk1, None, None, dv, dtau, None, None, None, None, None
-        return dq1, dk1, dq2, dk2, dv, dtau, dlam.sum(-1), None, None, None, None
+            return dq1, dk1, None, None, dv, d_beta, None, None, None, None, None, None
+        return dq1, dk1, dq2, dk2, dv, d_beta, None, d_lam.sum(-1), None, None, None, None
 
 
-def _tau(B: int, T: int, H: int, D: int, beta, kappa, device) -> torch.Tensor:
-    """tau (eq. 1) as the contiguous float32 ``[batch, head, pos]`` the kernels read."""
-    beta = torch.as_tensor(beta, dtype=torch.float32, device=device)
-    return torch.broadcast_to(threshold(T, D, beta, kappa), (B, H, T)).contiguous()
+def _tile_norms_of(kernel, x1: torch.Tensor, x2: torch.Tensor, block: int, meta: dict) -> torch.Tensor:
+    """The norm bound's table ``[batch * head, tile]`` float32 of ``block``-row tiles of x1 (and x2
+    with two views): ``kernel`` (:func:`_key_norms` or :func:`_query_norms`), one launch."""
+    B, T, H, D = x1.shape
+    norms = torch.empty((B * H, triton.cdiv(T, block)), dtype=torch.float32, device=x1.device)
+    kernel[(norms.shape[1], B * H)](x1, x2, norms, x1.stride(), x2.stride(), T, H, TWO_VIEWS=meta["TWO_VIEWS"],
+                                    **{key: meta[key] for key in ("D", "BLOCK_M", "BLOCK_N", "num_warps",
+                                                                  "num_stages")})
+    return norms
+
+
+def _per_head(x, H: int, device, name: str) -> torch.Tensor:
+    """beta or lam, a number or a tensor of one value or one per head, as float32 ``[head]``."""
+    x = torch.as_tensor(x, dtype=torch.float32, device=device).reshape(-1)
+    if x.numel() not in (1, H):
+        raise ValueError(f"{name} must be one value or one per head ({H}), got {x.numel()} values")
+    return x.expand(H)
+
+
+def _kappa(kappa) -> float:
+    """kappa as the number the kernels take; a tensor is read to the host, and refused if it
+    requires grad (no gradient flows to kappa here)."""
+    if isinstance(kappa, torch.Tensor) and kappa.requires_grad:
+        raise ValueError("the Triton kernels give kappa no gradient: pass kappa as a number, or use the reference "
+                         "or the rows path for a gradient in kappa")
+    return float(kappa)
 
 
 def _check_power(p: float) -> float:
@@ -261,22 +412,19 @@ def threshold_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta,
     """Threshold rectified attention (``trela``): ``sum_j a_ij v_j`` before the output RMSNorm.
 
     Shapes and semantics in the module docstring. ``block_m``/``block_n`` override the tile
-    sizes (powers of two >= 16). Skipping decides per tile, from the tile's largest rectified
-    score ``max_ij (s_ij - tau_i)_+`` (one reduction of the scores every tile needs anyway),
-    whether anything survives the threshold; a tile where nothing does computes no power, loads
-    no V and runs no P V product in the forward pass, and in the backward runs no load or
-    product but the scores. Exact, bit for bit: such a tile adds exactly zero to the output and
-    to every gradient. ``skip_zero_tiles``: None (the default) skips in the forward pass only,
-    True in both passes, False in neither (for comparison: ``kernels.tooling.bench.
-    bench_zero_tile_skipping``, ``glitchlens bench tiles CKPT --skip-gain``). The backward does
-    not skip by default because its test keeps more tiles live: the dK/dV kernels (and TDA's dQ)
-    spill registers at Hopper's default tiles with it (``bench kernels --compile-only``). (A
-    cheaper bound from norms alone cannot decide: q and k are L2-normalised, so Cauchy-Schwarz
-    bounds a tile's scores by 1, above tau at every length the models see.)"""
-    B, T, H, D = check_heads(q, k, v)
-    tau = _tau(B, T, H, D, beta, kappa, v.device)
-    return ThresholdAttentionFunction.apply(q, k, None, None, v, tau, None, _check_power(p), block_m, block_n,
-                                            skip_zero_tiles)
+    sizes (powers of two >= 16). Empty tiles are skipped exactly, bit for bit (module docstring):
+    ``skip_zero_tiles`` None (the default) skips by the norm bound in the forward and backward
+    passes (nothing of such a tile is loaded or multiplied) and by the tile's largest rectified
+    score in the forward pass (no power, no V load, no P V product); True adds the scores' test
+    to the backward (no load or product but the scores); False skips nothing (for comparison:
+    ``kernels.tooling.bench.bench_zero_tile_skipping``, ``glitchlens bench tiles CKPT
+    --skip-gain``). The backward does not test the scores by default because that test keeps
+    more tiles live: the dK/dV kernels (and TDA's dQ) spill registers at Hopper's default tiles
+    with it (``bench kernels --compile-only``); the bound's test, on scalars before any load,
+    keeps none."""
+    H = check_heads(q, k, v)[2]
+    return ThresholdAttentionFunction.apply(q, k, None, None, v, _per_head(beta, H, v.device, "beta").contiguous(),
+                                            _kappa(kappa), None, _check_power(p), block_m, block_n, skip_zero_tiles)
 
 
 def differential_threshold_attention(q1: torch.Tensor, k1: torch.Tensor, q2: torch.Tensor, k2: torch.Tensor,
@@ -287,8 +435,8 @@ def differential_threshold_attention(q1: torch.Tensor, k1: torch.Tensor, q2: tor
     the output RMSNorm. As :func:`threshold_attention`, with a second view (q2, k2) sharing
     tau, p and V, and the inhibition strength ``lam`` (already in (0, 1); the models pass
     ``sigmoid(lambda_logit)``). A tile is skipped when nothing survives in either view."""
-    B, T, H, D = check_heads(q1, k1, q2, k2, v)
-    tau = _tau(B, T, H, D, beta, kappa, v.device)
-    lam = torch.broadcast_to(torch.as_tensor(lam, dtype=torch.float32, device=v.device).reshape(1, -1), (B, H))
-    return ThresholdAttentionFunction.apply(q1, k1, q2, k2, v, tau, lam.contiguous(), _check_power(p), block_m,
-                                            block_n, skip_zero_tiles)
+    B, _, H, _ = check_heads(q1, k1, q2, k2, v)
+    lam = torch.broadcast_to(_per_head(lam, H, v.device, "lam"), (B, H))
+    return ThresholdAttentionFunction.apply(q1, k1, q2, k2, v, _per_head(beta, H, v.device, "beta").contiguous(),
+                                            _kappa(kappa), lam.contiguous(), _check_power(p), block_m, block_n,
+                                            skip_zero_tiles)

@@ -18,6 +18,8 @@ tile sparsity that decides whether skipping all-zero key tiles pays.
   (ideally trained-model) inputs.
 - :func:`zero_tile_fraction` (any device): the fraction of visible key tiles whose pattern
   entries are all exactly zero, for tile sizes 16, 32 and 64.
+- :func:`tile_bound_detection` (any device): which share of the empty tiles each cheap bound on
+  a tile's largest score finds, on given (ideally trained-model) inputs.
 """
 
 from __future__ import annotations
@@ -136,6 +138,93 @@ def sampled_zero_tile_fraction(name: str, inputs: list, tile: int = 64, query_ti
         zero += int((~padded.any(-1).any(1)).sum())
         visible += alive.shape[0] * key_tiles
     return zero / visible
+
+
+def _tiles(x: torch.Tensor, block: int) -> torch.Tensor:
+    """``x [pos, head, d]`` as ``[head, tile, block, d]`` in float32, the last tile padded with
+    copies of the last row (which leave every per-tile extreme unchanged)."""
+    n = math.ceil(x.shape[0] / block)
+    x = torch.cat([x, x[-1:].expand(n * block - x.shape[0], *x.shape[1:])]).float()
+    return x.reshape(n, block, *x.shape[1:]).permute(2, 0, 1, 3)
+
+
+def _norm_bound(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Cauchy-Schwarz per (query tile, key tile), ``[head, query tile, key tile]``: the largest
+    query norm times the largest key norm (what the threshold kernels test)."""
+    return q.norm(dim=-1).amax(2)[:, :, None] * k.norm(dim=-1).amax(2)[:, None]
+
+
+def _box_bound(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The per-dimension box bound: ``sum_d max`` of the four products of the query and key tiles'
+    per-dimension minimum and maximum."""
+    ends_q, ends_k = (q.amin(2), q.amax(2)), (k.amin(2), k.amax(2))
+    return torch.stack([a[:, :, None] * b[:, None] for a in ends_q for b in ends_k]).amax(0).sum(-1)
+
+
+def _ball_bound(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The centroid-and-radius bound: ``c_q.c_k + r_q |c_k| + r_k |c_q| + r_q r_k``."""
+    cq, ck = q.mean(2), k.mean(2)
+    rq, rk = ((x - c[:, :, None]).norm(dim=-1).amax(2) for x, c in ((q, cq), (k, ck)))
+    nq, nk = cq.norm(dim=-1), ck.norm(dim=-1)
+    return (torch.einsum("hqd,hkd->hqk", cq, ck) + rq[:, :, None] * nk[:, None] + nq[:, :, None] * rk[:, None]
+            + rq[:, :, None] * rk[:, None])
+
+
+def _row_bound(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Each query row against the key tile's box, ``[head, pos, key tile]``: ``sum_d max(q_d lo_d,
+    q_d hi_d)``; O(rows x d) per tile pair, not O(d) as the others."""
+    lo, hi = k.amin(2), k.amax(2)
+    rows = q.flatten(1, 2)
+    return torch.maximum(rows[:, :, None] * lo[:, None], rows[:, :, None] * hi[:, None]).sum(-1)
+
+
+def tile_bound_detection(name: str, inputs: list, block_m: int, block_n: int, kappa=1.0) -> dict:
+    """On sequence 0 of kernel ``name``'s ``inputs`` (trela or TDA, or TRA with its threshold 0 on
+    ``q.k``), at tiles of ``block_m`` query rows and ``block_n`` keys: the fraction of the visible
+    (query tile, key tile) pairs in which no weight survives (``empty``), and the fraction of those
+    that each bound on the tile's largest score proves empty (bound <= the tile's smallest tau, in
+    every view): ``norm`` (:func:`_norm_bound`), ``box`` (:func:`_box_bound`), ``ball``
+    (:func:`_ball_bound`) and ``row`` (:func:`_row_bound`, each row against its own tau). Every
+    bound is checked never to call a tile with a survivor empty. In float32, without the kernels'
+    rounding slack."""
+    q, k = inputs[0][0].detach(), inputs[1][0].detach()                     # [pos, head, d]
+    n_pos, n_heads, d_head = q.shape
+    views = [(q, k)] + ([(inputs[2][0].detach(), inputs[3][0].detach())] if name == "tda" else [])
+    beta = inputs[5 if name == "tda" else 3] if name in ("trela", "tda") else None
+    tau = (threshold(n_pos, d_head, torch.as_tensor(beta).detach().float().to(q.device), kappa).expand(n_heads, n_pos)
+           if beta is not None else torch.zeros(n_heads, n_pos, device=q.device))
+    n_q, n_k = math.ceil(n_pos / block_m), math.ceil(n_pos / block_n)
+    alive = torch.zeros(n_heads, n_q, n_k, dtype=torch.bool, device=q.device)
+    for i in range(n_q):
+        rows = torch.arange(i * block_m, min((i + 1) * block_m, n_pos), device=q.device)
+        end = int(rows[-1]) + 1
+        causal = torch.arange(end, device=q.device)[None, None, :] <= rows[None, :, None]
+        for qv, kv in views:
+            survives = (torch.einsum("mhd,nhd->hmn", qv[rows].float(), kv[:end].float()) > tau[:, rows, None]) & causal
+            key_tiles = math.ceil(end / block_n)
+            alive[:, i, :key_tiles] |= F.pad(survives, (0, key_tiles * block_n - end)).reshape(
+                n_heads, len(rows), key_tiles, block_n).any(-1).any(1)
+    starts = torch.arange(n_q, device=q.device)
+    visible = (torch.arange(n_k, device=q.device)[None, :] * block_n <= torch.clamp(
+        (starts[:, None] + 1) * block_m, max=n_pos) - 1).expand(n_heads, -1, -1)
+    empty = visible & ~alive
+    tau_min = F.pad(tau, (0, n_q * block_m - n_pos), value=float("inf")).reshape(n_heads, n_q, block_m).amin(-1)
+    found = {}
+    for bound in (_norm_bound, _box_bound, _ball_bound):
+        proven = torch.stack([bound(_tiles(qv, block_m), _tiles(kv, block_n)) <= tau_min[:, :, None]
+                              for qv, kv in views]).all(0)
+        found[bound.__name__.strip("_").removesuffix("_bound")] = proven
+    rows_proven = torch.stack([_row_bound(_tiles(qv, block_m), _tiles(kv, block_n))
+                               <= F.pad(tau, (0, n_q * block_m - n_pos), value=float("inf"))[:, :, None]
+                               for qv, kv in views]).all(0)
+    found["row"] = rows_proven.reshape(n_heads, n_q, block_m, n_k).all(2)
+    result = {"kernel": name, "T": n_pos, "block_m": block_m, "block_n": block_n,
+              "empty": (empty.sum() / visible.sum()).item()}
+    for bound, proven in found.items():
+        if (proven & visible & alive).any():
+            raise AssertionError(f"the {bound} bound calls a tile with a survivor empty")
+        result[bound] = ((proven & empty).sum() / empty.sum().clamp(min=1)).item()
+    return result
 
 
 def _sdpa(q, k, v):

@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import functools
 import math
+from pathlib import Path
 from dataclasses import dataclass
 
 import torch
 
-from kernels.tooling.tiles import default_tiles
+from kernels.tooling.tiles import HOPPER_TILES, TileConfig, default_tiles
 
 # dense bf16 tensor-core TFLOP/s and memory TB/s from NVIDIA's datasheets: H100 SXM5 80 GB, A100 SXM4 80 GB
 HARDWARE = {"H100": (989.4, 3.35), "A100": (312.0, 2.039)}
@@ -71,7 +72,10 @@ class Pass:
     ``products`` matrix products of [BLOCK_M, d] x [d, BLOCK_N] size per visited tile; ``counts``
     int32 entries of TRA's count table written per owned row and visited tile; ``exp`` whether it
     takes the exponential of every tile element (a softmax), ``scan`` whether it runs a cumulative
-    sum along every tile row (TRA's D-bar)."""
+    sum along every tile row (TRA's D-bar); ``kept`` and ``kept_products`` what a visited tile that
+    skipping leaves out still costs: the rows it loads and the products it runs (its scores, for a
+    tile skipped after them; nothing, for one the norm bound rules out before any load). A pass whose
+    ``kernel`` starts with ``fwd`` belongs to the forward, any other to the backward."""
     kernel: str
     key_major: bool
     own: Rows
@@ -82,27 +86,52 @@ class Pass:
     counts: int = 0
     exp: bool = False
     scan: bool = False
+    kept: Rows = Rows()
+    kept_products: int = 0
 
 
 PASSES = {
     # TRA's in-tile suffix count of survivors is a product with a BLOCK_N x BLOCK_N triangle (no scan),
-    # counted as one more product
-    "tra": (Pass("fwd", False, Rows(1, 0, 1), Rows(2), Rows(1, 0, 1), 3, exp=True),  # q, log delta | k, v | z, lse
+    # counted as one more product; a tile without survivors is skipped after its scores and counts
+    "tra": (Pass("fwd", False, Rows(1, 0, 1), Rows(2), Rows(1, 0, 1), 3, exp=True,  # q, log delta | k, v | z, lse
+                 kept=Rows(1), kept_products=2),
             # q, dO, z, log delta, lse | k, v | dQ, dlog delta, delta; the count table
-            Pass("bwd_dq", False, Rows(3, 0, 2), Rows(2), Rows(1, 0, 2), 4, counts=1, exp=True),
+            Pass("bwd_dq", False, Rows(3, 0, 2), Rows(2), Rows(1, 0, 2), 4, counts=1, exp=True, kept=Rows(1),
+                 kept_products=2),
             # k, v | q, dO, log delta, lse, delta, count | dK, dV
-            Pass("bwd_dkdv", True, Rows(2), Rows(2, 0, 4), Rows(2), 5, exp=True)),
+            Pass("bwd_dkdv", True, Rows(2), Rows(2, 0, 4), Rows(2), 5, exp=True, kept=Rows(1, 0, 2), kept_products=2)),
     "fot": (Pass("fwd", False, Rows(1, 0, 1), Rows(2, 0, 1), Rows(1, 0, 1), 2, exp=True),  # q, c | k, v, c | z, lse
             # q, dO, z, c, lse | k, v, c | dQ, dc, delta
             Pass("bwd_dq", False, Rows(3, 0, 2), Rows(2, 0, 1), Rows(1, 0, 2), 3, exp=True),
             Pass("bwd_dkdv", True, Rows(2, 0, 1), Rows(2, 0, 3), Rows(2, 0, 1), 4, exp=True)),
-    "trela": (Pass("fwd", False, Rows(1, 0, 1), Rows(2), Rows(1), 2),              # q, tau | k, v | z
-              Pass("bwd_dkdv", True, Rows(2), Rows(2, 0, 1), Rows(2), 4),
-              Pass("bwd_dq", False, Rows(2, 0, 1), Rows(2), Rows(1, 0, 1), 3)),
-    "tda": (Pass("fwd", False, Rows(2, 0, 1), Rows(3), Rows(1), 3),                # q1, q2, tau | k1, k2, v | z
-            Pass("bwd_dkdv", True, Rows(3), Rows(3, 0, 1), Rows(3), 6),
-            Pass("bwd_dq", False, Rows(3, 0, 1), Rows(3), Rows(2, 0, 2), 5)),
+    # tau computed in the kernels; a tile skipped is one the norm bound rules out (the few it misses,
+    # which the forward finds after their scores, are priced as the bound's); the pre-passes read
+    # k (q) once and write one float32 per tile (not counted)
+    "trela": (Pass("fwd_key_norms", True, Rows(1), Rows(), Rows(), 0),
+              Pass("fwd", False, Rows(1), Rows(2), Rows(1), 2),                     # q | k, v | z
+              Pass("bwd_query_norms", False, Rows(1), Rows(), Rows(), 0),
+              Pass("bwd_dkdv", True, Rows(2), Rows(2), Rows(2), 4),                 # k, v | q, dO | dK, dV
+              Pass("bwd_dq", False, Rows(2), Rows(2), Rows(1, 0, 1), 3)),           # q, dO | k, v | dQ, dbeta
+    "tda": (Pass("fwd_key_norms", True, Rows(2), Rows(), Rows(), 0),
+            Pass("fwd", False, Rows(2), Rows(3), Rows(1), 3),                       # q1, q2 | k1, k2, v | z
+            Pass("bwd_query_norms", False, Rows(2), Rows(), Rows(), 0),
+            Pass("bwd_dkdv", True, Rows(3), Rows(3), Rows(3), 6),
+            Pass("bwd_dq", False, Rows(3), Rows(3), Rows(2, 0, 2), 5)),
 }
+
+# trela and TDA as ``runs/gpu/bench-kernels-h200-2.csv`` to ``-4.csv`` measured them: tau computed by PyTorch
+# and read as a per-position scalar, no norm bound, a tile without survivors skipped after its
+# scores (``-4.csv``: in both passes; the earlier files' random inputs leave none), and their
+# launches (tau's PyTorch ops, 10 in the forward; :func:`count_launches` on that code).
+TAU_IN_TORCH = {
+    "trela": (Pass("fwd", False, Rows(1, 0, 1), Rows(2), Rows(1), 2, kept=Rows(1), kept_products=1),
+              Pass("bwd_dkdv", True, Rows(2), Rows(2, 0, 1), Rows(2), 4, kept=Rows(1, 0, 1), kept_products=1),
+              Pass("bwd_dq", False, Rows(2, 0, 1), Rows(2), Rows(1, 0, 1), 3, kept=Rows(1), kept_products=1)),
+    "tda": (Pass("fwd", False, Rows(2, 0, 1), Rows(3), Rows(1), 3, kept=Rows(2), kept_products=2),
+            Pass("bwd_dkdv", True, Rows(3), Rows(3, 0, 1), Rows(3), 6, kept=Rows(2, 0, 1), kept_products=2),
+            Pass("bwd_dq", False, Rows(3, 0, 1), Rows(3), Rows(2, 0, 2), 5, kept=Rows(2), kept_products=2)),
+}
+LAUNCHES_TAU_IN_TORCH = {"trela": (11, 5), "tda": (12, 10)}
 
 # The code the H200 measured (runs/gpu/bench-kernels-h200.csv, before TRA's backward without atomics): PASSES, but TRA's
 # kernels as they were: its suffix counts a scan (tl.cumsum), its backward one kernel per query
@@ -120,10 +149,14 @@ AS_MEASURED = {
 }
 LAUNCHES_AS_MEASURED = {"tra": (1, 12), "fot": (2, 11), "trela": (11, 5), "tda": (12, 10)}
 # The H200 benchmarks the model is fitted to, each with the code it measured: "earlier" is
-# AS_MEASURED (runs/gpu/bench-kernels-h200.csv), "current" is PASSES with the launches the wrappers
-# make now (runs/gpu/bench-kernels-h200-2.csv: TRA's backward without atomics, at the tiles every GPU
-# but Hopper still gets, which are those :func:`pass_cost` prices).
-MEASURED_FILES = {"runs/gpu/bench-kernels-h200.csv": "earlier", "runs/gpu/bench-kernels-h200-2.csv": "current"}
+# AS_MEASURED (runs/gpu/bench-kernels-h200.csv), "tau-in-torch" is PASSES with TAU_IN_TORCH's trela and
+# TDA (runs/gpu/bench-kernels-h200-2.csv: TRA's backward without atomics, at the tiles every GPU but
+# Hopper still gets, which are those :func:`pass_cost` prices by default); "current" is PASSES with
+# the launches the wrappers make now.
+MEASURED_FILES = {"runs/gpu/bench-kernels-h200.csv": "earlier", "runs/gpu/bench-kernels-h200-2.csv": "tau-in-torch"}
+# The measurement the fitted model predicts without being fitted to it (:func:`predicted_rows`): the
+# kernels on trained-sparsity inputs, whose zero-tile fraction is the skip, at Hopper's tiles.
+SKIP_FILE = "runs/gpu/bench-kernels-h200-4.csv"
 # What a pass's time is fitted on (:func:`pass_features`), per sequence-head but for the launches
 FEATURES = ("launches", "flops", "bytes_streamed", "bytes_atomic", "exp_elements", "scan_elements")
 BENCH_HEADS = 4  # kernels.tooling.bench.bench_kernel's n_heads, which the measured rows used
@@ -137,24 +170,29 @@ def _visits(p: Pass, n_pos: int, block_m: int, block_n: int) -> list[int]:
     return [math.ceil(min((i + 1) * block_m, n_pos) / block_n) * block_n for i in range(math.ceil(n_pos / block_m))]
 
 
-def pass_cost(p: Pass, n_pos: int, d_head: int = 64, dtype=torch.bfloat16) -> dict:
+def pass_cost(p: Pass, n_pos: int, d_head: int = 64, dtype=torch.bfloat16, skipped: float = 0.0,
+              tiles: TileConfig | None = None) -> dict:
     """FLOPs, bytes moved once, bytes streamed (atomics included), atomic bytes and tile elements
     (``exp_elements``, ``scan_elements``: those that take an exp, a scan) of launch ``p`` for one
-    sequence-head of ``n_pos`` positions, at the dispatcher's tiles for ``dtype`` and ``d_head`` on a GPU
-    without tiles of its own (those of the H200 table the model is fitted to, measured before Hopper had its own)."""
-    tiles = default_tiles(dtype, d_head)
+    sequence-head of ``n_pos`` positions, when a fraction ``skipped`` of the tile pairs it visits is
+    skipped (each then costing ``p.kept`` and ``p.kept_products`` only, and no exp or scan), at
+    ``tiles`` (default: the dispatcher's for ``dtype`` and ``d_head`` on a GPU without tiles of its
+    own, those of the H200 files the model is fitted to, measured before Hopper had its own)."""
+    tiles = tiles or default_tiles(dtype, d_head)
     block_m, block_n = tiles.block_m, tiles.block_n
     element = dtype.itemsize
     own_rows, walk_rows = (block_n, block_m) if p.key_major else (block_m, block_n)
     visits = _visits(p, n_pos, block_m, block_n)
-    flops = sum(2 * p.products * own_rows * rows * d_head for rows in visits)
+    live = 1 - skipped
+    flops = sum(2 * (live * p.products + skipped * p.kept_products) * own_rows * rows * d_head for rows in visits)
     atomic = sum(rows * 2 * p.atomic.bytes(element, d_head) for rows in visits)
     table = sum(own_rows * 4 * p.counts * rows // walk_rows for rows in visits)
     once = n_pos * (p.own.bytes(element, d_head) + p.visited.bytes(element, d_head)
                     + p.written.bytes(element, d_head) + 2 * p.atomic.bytes(element, d_head)) + table
-    streamed = sum(own_rows * (p.own.bytes(element, d_head) + p.written.bytes(element, d_head))
-                   + rows * p.visited.bytes(element, d_head) for rows in visits) + atomic + table
-    elements = sum(own_rows * rows for rows in visits)
+    visited = live * p.visited.bytes(element, d_head) + skipped * p.kept.bytes(element, d_head)
+    streamed = sum(own_rows * (p.own.bytes(element, d_head) + p.written.bytes(element, d_head)) + rows * visited
+                   for rows in visits) + atomic + table
+    elements = live * sum(own_rows * rows for rows in visits) if p.products else 0
     return {"flops": flops, "bytes_once": once, "bytes_streamed": streamed, "bytes_atomic": atomic,
             "exp_elements": elements * p.exp, "scan_elements": elements * p.scan}
 
@@ -217,44 +255,54 @@ def count_launches(op: str) -> tuple[int, int]:
     return n_forward + forward.n, len(kernels) - n_forward + backward.n
 
 
-def pass_features(passes, launches: int, n_pos: int, heads: int) -> list[float]:
+def pass_features(passes, launches: int, n_pos: int, heads: int, d_head: int = 64, skipped: float = 0.0,
+                  tiles: TileConfig | None = None) -> list[float]:
     """:data:`FEATURES` of a forward or backward made of ``passes`` and ``launches`` launches in
-    all, over ``heads`` sequence-heads of ``n_pos`` positions (bf16, head dim 64)."""
-    costs = [pass_cost(p, n_pos) for p in passes]
+    all, over ``heads`` sequence-heads of ``n_pos`` positions (bf16), a fraction ``skipped`` of the
+    visited tile pairs skipped (:func:`pass_cost`)."""
+    costs = [pass_cost(p, n_pos, d_head, skipped=skipped, tiles=tiles) for p in passes]
     return [launches] + [heads * sum(c[key] for c in costs) for key in FEATURES[1:]]
 
 
 def _direction(passes, direction: str):
-    return [p for p in passes if (p.kernel == "fwd") == (direction == "fwd")]
+    return [p for p in passes if p.kernel.startswith("fwd") == (direction == "fwd")]
 
 
 @functools.lru_cache(maxsize=None)
 def code(which: str) -> tuple[dict, dict]:
     """The launches of each op, ``(passes, (forward launches, backward launches))`` by op, of the
-    code ``which`` of :data:`MEASURED_FILES`: "earlier" (:data:`AS_MEASURED`) or "current"
-    (:data:`PASSES`, and :func:`count_launches` of the wrappers as they are), counted once."""
+    code ``which`` of :data:`MEASURED_FILES`: "earlier" (:data:`AS_MEASURED`), "tau-in-torch"
+    (:data:`PASSES` with :data:`TAU_IN_TORCH`) or "current" (:data:`PASSES`, and
+    :func:`count_launches` of the wrappers as they are), counted once."""
     if which == "earlier":
         return AS_MEASURED, LAUNCHES_AS_MEASURED
-    if which != "current":
-        raise ValueError(f"unknown code {which!r}: choose earlier or current")
-    return PASSES, {op: count_launches(op) for op in PASSES}
+    if which not in ("tau-in-torch", "current"):
+        raise ValueError(f"unknown code {which!r}: choose earlier, tau-in-torch or current")
+    launches = {op: count_launches(op) for op in PASSES}
+    if which == "tau-in-torch":
+        return {**PASSES, **TAU_IN_TORCH}, {**launches, **LAUNCHES_TAU_IN_TORCH}
+    return PASSES, launches
 
 
 def measured_rows(path: str = "runs/gpu/bench-kernels-h200.csv", which: str | None = None) -> list[dict]:
     """The ``triton`` rows of a ``glitchlens bench kernels`` CSV (bf16, head dim 64), each with
     the code it measured (``code``: ``which``, by default :data:`MEASURED_FILES`'s entry for the
-    file, else "current")."""
+    file, else "tau-in-torch", the code of every file measured so far)."""
     import pandas as pd
 
     frame = pd.read_csv(path)
-    which = which or next((c for f, c in MEASURED_FILES.items() if str(path).endswith(f)), "current")
+    which = which or next((c for f, c in MEASURED_FILES.items() if str(path).endswith(f)), "tau-in-torch")
     return [{**r, "code": which} for r in frame[frame.impl == "triton"].to_dict("records")]
 
 
-def _features(r: dict, codes: dict, which: str, direction: str) -> list[float]:
+def _features(r: dict, codes: dict, which: str, direction: str, tiles: TileConfig | None = None) -> list[float]:
+    """:func:`pass_features` of a measured row: its T, sequence-heads, head dim and (as the skip)
+    its zero-tile fraction, where the file gives them (the earlier files' random inputs: 4 heads
+    of 64, nothing skipped)."""
     passes, launches = codes[which]
     return pass_features(_direction(passes[r["kernel"]], direction), launches[r["kernel"]][direction == "bwd"],
-                         r["T"], r["batch"] * BENCH_HEADS)
+                         r["T"], r["batch"] * r.get("heads", BENCH_HEADS), r.get("d_head", 64),
+                         r.get("zero_tiles", 0.0), tiles)
 
 
 def calibrate(rows: list[dict]) -> dict[str, float]:
@@ -275,23 +323,23 @@ def calibrate(rows: list[dict]) -> dict[str, float]:
 
 def calibrated_table(rows: list[dict], coefficients: dict[str, float] | None = None) -> list[dict]:
     """Per measured (kernel, T, code): the calibrated prediction of fwd and bwd (ms) for the code as
-    measured, beside the measured time and the relative error; for a row of the earlier code whose
-    kernel changed since (:data:`PASSES` or its launches differ from :data:`AS_MEASURED`), a second
+    measured, beside the measured time and the relative error; for a row of an earlier code whose kernel
+    changed since (its passes or launches differ from :data:`PASSES` and the wrappers' now), a second
     row with the current code's prediction, ``measured`` False and no error."""
     coefficients = coefficients or calibrate(rows)
-    codes = {which: code(which) for which in ("earlier", "current")}
+    codes = {which: code(which) for which in ("earlier", "tau-in-torch", "current")}
 
     def predict(r, which, direction):
         return sum(coefficients[key] * value for key, value in zip(FEATURES, _features(r, codes, which, direction)))
 
-    def unchanged(op):
-        return all(codes["earlier"][part][op] == codes["current"][part][op] for part in (0, 1))
+    def unchanged(op, which):
+        return all(codes[which][part][op] == codes["current"][part][op] for part in (0, 1))
 
     table = []
     for r in rows:
         for which in dict.fromkeys((r["code"], "current")):
             measured = which == r["code"]
-            if not measured and unchanged(r["kernel"]):
+            if not measured and unchanged(r["kernel"], r["code"]):
                 continue
             row = {"kernel": r["kernel"], "T": r["T"], "code": which if measured else "current (not measured)",
                    "measured": measured}
@@ -301,6 +349,31 @@ def calibrated_table(rows: list[dict], coefficients: dict[str, float] | None = N
                 row[f"{direction}_predicted_ms"] = predicted
                 row[f"{direction}_error"] = predicted / r[f"{direction}_ms"] - 1 if measured else float("nan")
             table.append(row)
+    return table
+
+
+def predicted_rows(path: str = SKIP_FILE, coefficients: dict[str, float] | None = None,
+                   which: str = "tau-in-torch") -> list[dict]:
+    """The fitted model (default: :func:`calibrate` on :data:`MEASURED_FILES`, which it was not fitted to)
+    against each kernel of ``path`` (a ``bench kernels`` CSV of the code ``which``, at Hopper's tiles,
+    :data:`kernels.tooling.tiles.HOPPER_TILES`): the row's own heads, head dim and zero-tile fraction as
+    the skip; fwd and bwd measured and predicted (ms), with the relative error."""
+    import pandas as pd
+
+    if coefficients is None:
+        root = Path(__file__).parents[2]
+        coefficients = calibrate([r for f in MEASURED_FILES for r in measured_rows(str(root / f))])
+    codes = {which: code(which)}
+    frame = pd.read_csv(path)
+    table = []
+    for r in frame[frame.impl == "triton"].to_dict("records"):
+        row = {"kernel": r["kernel"], "T": r["T"], "zero_tiles": r["zero_tiles"]}
+        for direction in ("fwd", "bwd"):
+            features = _features(r, codes, which, direction, HOPPER_TILES[r["kernel"]])
+            predicted = sum(coefficients[key] * value for key, value in zip(FEATURES, features))
+            row.update({f"{direction}_ms": r[f"{direction}_ms"], f"{direction}_predicted_ms": predicted,
+                        f"{direction}_error": predicted / r[f"{direction}_ms"] - 1})
+        table.append(row)
     return table
 
 
