@@ -81,6 +81,8 @@ gpu-kernels:
 # within CAMPAIGN_S seconds (unfinished runs stopped at a checkpoint; the same command resumes them). It runs the
 # machine's own python3 (no setup) and writes CAMPAIGN_OUT/campaign.jsonl (steps per second per group) and
 # CAMPAIGN_OUT/results.tar (the result.json files it wrote, at their paths in the repository).
+# gpu-campaign-estimate prints what fits instead; on a machine without a GPU (GPU_PYTHON=.venv/bin/python)
+# each group's rate comes from the committed campaign logs, runs/gpu/campaign-*.jsonl.
 CAMPAIGN_PLAN ?= interp/studies/plans/h200.json
 CAMPAIGN_OUT ?= runs/campaign/out
 CAMPAIGN_S ?= 480

@@ -402,8 +402,9 @@ def _campaign_options(p: argparse.ArgumentParser) -> None:
                    help="seconds between the checkpoints of a batched group")
     p.add_argument("--jobs", type=positive_int, default=1, help="groups training at once, a process each")
     p.add_argument("--estimate", action="store_true",
-                   help="train nothing: measure each group's steps per second on --device and print what fits "
-                        "in --budget-s")
+                   help="print what fits in --budget-s: each group's steps per second measured on --device or, "
+                        "with --device cuda where there is none, read from the committed campaign logs "
+                        "(runs/gpu/campaign-*.jsonl; nothing trained)")
 
 
 @subcommand("pretrained", "list the shipped pretrained models, show one, or rebuild them from their recipes")
