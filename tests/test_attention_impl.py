@@ -262,3 +262,31 @@ def test_eval_mode_runs_the_fast_path_whatever_the_model_was_trained_with(name, 
     model.blocks[0].attn.hook_pattern.add_hook(lambda t, hook: t)
     assert model.blocks[0].attn.implementation(torch.device("cpu")) == "reference", "hooked: the reference"
     assert model.blocks[1].attn.implementation(torch.device("cpu")) != "reference", "only the hooked layer"
+
+
+def test_rows_flush_negligible_weights_within_float32_rounding_forward_and_backward(small_blocks):
+    """The rows path sets softmax weights below kernels.tooling.rows.NEGLIGIBLE_WEIGHT to 0 (kept,
+    they and the backward's products with them leave float32's normal range, and slow the CPU's
+    products down): FoT with gates that decay the weights over dozens of orders of magnitude equals
+    its float64 reference, forward and every gradient, as closely as the float32 reference does."""
+    from kernels.forgetting.reference import forgetting_reference
+    from kernels.forgetting.rows import forgetting_rows
+
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 40, 2, 16, generator=gen) for _ in range(3))
+    log_f = torch.full((2, 2, 40), -3.0) + 0.1 * torch.randn(2, 2, 40, generator=gen)
+    d_z = torch.randn(2, 40, 2, 16, generator=gen) * 1e-6   # gradients as small as a mean loss's
+    results = {}
+    for name, fn, dtype in [("rows", forgetting_rows, torch.float32), ("reference", forgetting_reference, torch.float32),
+                            ("exact", forgetting_reference, torch.float64)]:
+        leaves = [t.to(dtype).requires_grad_() for t in (q, k, v, log_f)]
+        z = fn(*leaves)
+        results[name] = (z, *torch.autograd.grad(z, leaves, d_z.to(dtype)))
+    with torch.no_grad():
+        A = torch.softmax(torch.einsum("bqhd,bkhd->bhqk", q, k) / 4 + (log_f.cumsum(-1)[..., :, None]
+                          - log_f.cumsum(-1)[..., None, :]).masked_fill(~torch.ones(40, 40).tril().bool(), -1e11), -1)
+    assert ((A > 0) & (A < kernels.tooling.rows.NEGLIGIBLE_WEIGHT)).any(), "no weight below the floor: test nothing"
+    for what, ours, reference, exact in zip(("z", "dq", "dk", "dv", "dlog_f"), *results.values()):
+        error, reference_error = ((t.double() - exact).abs().max() for t in (ours, reference))
+        scale = exact.abs().max()
+        assert error <= 4 * reference_error + 1e-6 * scale, f"{what}: {error:.3g} against the float32 reference's {reference_error:.3g}"
