@@ -218,6 +218,7 @@ def test_the_campaign_writes_the_sweeps_result_json(tmp_path, monkeypatch):
                                   "seeds": [0, 1], **steps}])
     records = campaign.campaign(plan, "out", jobs=1)
     assert [r["status"] for r in records] == ["trained"] and records[0]["batched"]
+    assert records[0]["vmap_fallbacks"] == []   # every operation of the batched step batched
     ours = json.loads((tmp_path / "sweep/runs/counting-ape-seed0/result.json").read_text())
     run = registry.cope_tasks_runs()["counting-ape-seed0"]
     run = replace(run, training={**run.training, **steps})

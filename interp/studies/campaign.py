@@ -31,11 +31,14 @@ the end, each unfinished run at a checkpoint (and the same command resumes it); 
 finished is evaluated and reported, an unfinished one is not. No group starts after the training
 deadline, and a batched group whose first :data:`PROJECT_AFTER_S` seconds of steps project its end
 past it stops then, at a checkpoint, leaving its process to the next group: a plan that does not
-fit is cut from its end, and a group that cannot finish does not hold back those after it. ``--estimate`` measures each group's
-steps per second on the device (a few steps in a scratch folder of ``--out``) and prints what fits.
+fit is cut from its end, and a group that cannot finish does not hold back those after it.
+``--estimate`` measures each group's steps per second on the device (a few steps in a scratch
+folder of ``--out``), or on CUDA where this machine has none reads them from the committed
+campaign logs (:func:`logged_rates`), and prints what fits (:func:`estimate`).
 
 What ``--out`` receives: ``campaign.jsonl`` (one record per group: its runs, whether batched,
-steps, seconds, steps per second, runs x steps per second, the runs finished) and
+steps, seconds, steps per second, runs x steps per second, the runs finished and, batched, the
+operations ``vmap`` ran seed by seed: ``vmap_fallbacks``) and
 ``results.tar`` (each ``result.json`` this campaign wrote, at its path from the current directory).
 """
 

@@ -204,7 +204,8 @@ class SeedStack:
             group["lr"] = lr_at(step, self.cfg)
         with torch.enable_grad():   # the loop runs without gradients; the seeds' forward records them
             losses = self.seed_losses(self.params, self.buffers, x, y, scored)
-            grads = dict(zip(self.params, torch.autograd.grad(losses.sum(), list(self.params.values()))))
+            grads = dict(zip(self.params, torch.autograd.grad(losses.sum(), list(self.params.values()),
+                                                              materialize_grads=True)))   # unused: zeros, as grad gives
         norms = torch.stack([g.reshape(len(g), -1).norm(dim=1) for g in grads.values()], 1).norm(dim=1)
         max_norm = float("inf") if self.cfg.grad_clip is None else self.cfg.grad_clip
         scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)   # clip_grad_norm_'s, per seed
@@ -231,8 +232,9 @@ def train_batched(model_cfg: ModelConfig, seeds: list[SeedRun], device: str | to
     :func:`interp.training.loop.train`. Every seed must be at the same step (fresh, or resumed from
     checkpoints of one step). ``deadline`` (``time.time()``) and a stop signal save every seed's
     checkpoint and raise :class:`BatchStopped`, as does, with ``project_after_s``, a batch whose steps
-    so far (once they took that many seconds) project its end past the deadline; checkpoints are also saved every ``checkpoint_s``
-    seconds, and at ``until`` (a step of the schedule, as the loop's), where it returns."""
+    so far (once they took that many seconds) project its end past the deadline; checkpoints are
+    also saved every ``checkpoint_s`` seconds, and at ``until`` (a step of the schedule, as the
+    loop's), where it returns."""
     cfg0 = seeds[0].cfg
     if any(dataclasses.replace(s.cfg, seed=0) != dataclasses.replace(cfg0, seed=0) for s in seeds):
         raise ValueError("the seeds of a batch must share every training option but the seed")
