@@ -63,15 +63,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
+from kernels.tooling.common import upcast
 from kernels.threshold.reference import differential_threshold_reference, threshold_reference
 from kernels.threshold.rows import differential_threshold_rows, threshold_rows
 from models.attention.base import Attention, imported_on_call, register, rms_normalise
 from models.attention.diff import OUTPUT_NORM_EPS
-from models.attention.rope import rotated_unit
+from models.attention.rope import apply_rope, rotated_unit
 
 
 @dataclass
@@ -112,10 +114,15 @@ class ThresholdAttention(Attention):
         self.hook_threshold = HookPoint()
         self.hook_view_1 = HookPoint()
 
-    def unit(self, x: torch.Tensor) -> torch.Tensor:
-        """q~ or k~: RoPE (optional) then L2 normalisation, in float32, with the backward written
-        out (:func:`models.attention.rope.rotated_unit`)."""
-        return rotated_unit(x, self.options.rope)
+    def unit(self, x: torch.Tensor, impl: str) -> torch.Tensor:
+        """q~ or k~: RoPE (optional) then L2 normalisation, in float32. For the fast paths with the
+        backward written out (:func:`models.attention.rope.rotated_unit`); for the reference the two
+        functions themselves, plain PyTorch as the reference is (and as ``vmap`` batches it:
+        ``interp.training.batched`` runs the reference)."""
+        if impl != "reference":
+            return rotated_unit(x, self.options.rope)
+        x = upcast(x)
+        return F.normalize(apply_rope(x) if self.options.rope else x, dim=-1)
 
     def core_options(self) -> dict:
         return {"beta": self.beta, "kappa": self.options.kappa, "p": self.options.p}
@@ -128,8 +135,9 @@ class ThresholdAttention(Attention):
                v: Float[Tensor, "batch pos head d_head"], x: Float[Tensor, "batch pos d_model"],
                positions: Int[Tensor, "batch query_pos"] | None = None
                ) -> Float[Tensor, "batch query_pos head d_head"]:
-        views = [self.unit(t) for t in self.view_inputs(q, k, x)]
-        z = self.core(self.implementation(v.device), positions)(*views, v)
+        impl = self.implementation(v.device)
+        views = [self.unit(t, impl) for t in self.view_inputs(q, k, x)]
+        z = self.core(impl, positions)(*views, v)
         return rms_normalise(z, OUTPUT_NORM_EPS)
 
 
