@@ -98,3 +98,23 @@ def test_rows_with_empty_rows_and_gradcheck(small_blocks):
     assert torch.equal(without[0, 0, 0], torch.zeros(4, dtype=torch.float64))
     z = tra_rows(torch.ones(1, 3, 1, 4), -torch.ones(1, 3, 1, 4), torch.randn(1, 3, 1, 4), torch.full((1, 1, 3), -0.5))
     assert torch.equal(z, torch.zeros_like(z)), "no key survives: every row attends to nothing"
+
+
+def test_backward_fills_the_gpu_at_long_t():
+    """At T = 32768, 4 sequence-heads, Hopper's tiles (64 x 32, head dim 64: passes of 2048 rows),
+    the backward's query-tile launches are split along the keys into chunks of 2048: every dQ
+    program walks at most one chunk (64 key tiles), and pass p launches 32 x 4 x (p + 1) dQ
+    programs, from the second pass on more than an H200's 132 SMs, where one program per query
+    tile was 128 in every pass, the last ones walking all 1024 key tiles. The survivor counts of
+    the chunks right of the first take one launch per pass; dK/dV keep one program per key tile."""
+    from kernels.tra.triton import backward_launches
+
+    passes = backward_launches(32768, 4, {"BLOCK_M": 64, "BLOCK_N": 32, "D": 64})
+    assert len(passes) == 16 and {(p.rows, p.chunk_tiles) for p in passes} == {(2048, 64)}
+    for i, p in enumerate(passes):
+        assert p.grids["dq"] == (32, 4, i + 1) and p.grids["dkdv"] == (64 * (i + 1), 4)
+        assert p.grids.get("survivors") == ((32, 4, i) if i else None)
+    assert [math.prod(p.grids["dq"]) for p in passes][1:] == [128 * (i + 1) for i in range(1, 16)]
+    one = backward_launches(100, 4, {"BLOCK_M": 64, "BLOCK_N": 32, "D": 64})
+    assert [(p.rows, p.chunks, p.grids) for p in one] == [(100, 1, {"dq": (2, 4, 1), "dkdv": (4, 4)})], \
+        "one pass, one chunk: the launches of one walk"

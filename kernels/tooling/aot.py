@@ -61,6 +61,9 @@ COLUMNS = ("kernel", "target", "dtype", "d_head", "block_m", "block_n", "num_war
 # the shapes the launches are captured at: integers Triton specialises the same way as at the
 # models' shapes (T a multiple of 16, H not 1, every stride but d_head's a multiple of 16)
 CAPTURE_POS, CAPTURE_HEADS = 64, 4
+# TRA's backward launches its chunk-survivor kernel only past one pass of rows (kernels.tra.triton.rows_per_pass,
+# at most 4096 rows: 32 x 32 tiles at head dim 128), so its launches are captured at a length of two passes
+CAPTURE_POS_OF = {"tra": 4096 + 64}
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"  # ships inside the wheel
 
 
@@ -108,18 +111,23 @@ def _recording(launches: list):
 def captured_launches(op: str, dtype: str, d_head: int, target: str) -> tuple[Launch, ...]:
     """The kernel launches of op ``op`` (a name of :data:`kernels.tooling.bench.KERNELS`) forward and
     backward, in launch order, as the wrapper makes them on GPU ``target`` (a key of
-    :data:`TARGETS`, whose default tiles may differ) for ``dtype`` and ``d_head``."""
+    :data:`TARGETS`, whose default tiles may differ) for ``dtype`` and ``d_head``, each kernel once (its
+    first launch) in the order of first launch."""
     from kernels.tooling.bench import KERNELS, random_inputs
 
     check_compilable()
     backend, arch, _ = TARGETS[target]
     recorded = []
     with _ReportsCuda(), _recording(recorded), compiling_for(arch if backend == "cuda" else None):
-        inputs, _ = random_inputs(op, 1, CAPTURE_POS, CAPTURE_HEADS, d_head, getattr(torch, dtype), "cpu")
+        inputs, _ = random_inputs(op, 1, CAPTURE_POS_OF.get(op, CAPTURE_POS), CAPTURE_HEADS, d_head,
+                                  getattr(torch, dtype), "cpu")
         z = KERNELS[op](*inputs)
         grads = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
         torch.autograd.grad(z, grads, torch.ones_like(z), allow_unused=True)
-    return tuple(Launch(f"{op}_{fn.__name__.lstrip('_')}", fn, args, kwargs) for fn, args, kwargs in recorded)
+    first = {}
+    for fn, args, kwargs in recorded:  # a kernel launched once per pass is compiled once
+        first.setdefault(fn, (args, kwargs))
+    return tuple(Launch(f"{op}_{fn.__name__.lstrip('_')}", fn, args, kwargs) for fn, (args, kwargs) in first.items())
 
 
 def _compile(launch: Launch, target: str, config: TileConfig):

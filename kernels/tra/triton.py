@@ -21,20 +21,30 @@ cumulative sum of M (a product with a triangle of ones, on the tensor cores).
 Gradients for q, k, v and log_delta. M and D-bar are piecewise constant in the scores and
 pass no gradient; a key that does not survive gets none (ReLU's gradient at 0 taken as 0),
 exactly as the reference's autograd. Backward is FlashAttention-2's two-kernel split, without
-atomics: one program per query tile walks its key tiles as the forward does (the carried count
-needs that walk), recomputing P from q, k and the saved log-sum-exp, for dQ and dlog_delta,
-and writes each row's survivors right of every key tile it visits into a count table; then
-one program per key tile walks the query tiles from its diagonal, reads the counts back for its
-D-bar, and owns its dK and dV. Two backward passes give bitwise the same gradients. The table,
-``[batch * head, key tile, query row]`` int32, would grow as T^2; it holds the rows of one pass
-of :func:`rows_per_pass` rows, and longer sequences run the two kernels once per pass, the
-key-tile programs adding their dK and dV to the earlier passes' in float32, in pass order.
-Memory stays linear in T.
+atomics: query-tile programs, recomputing P from q, k and the saved log-sum-exp, compute dQ and
+dlog_delta and write each row's survivors right of every key tile they visit into a count table;
+then one program per key tile walks the query tiles from its diagonal, reads the counts back for
+its D-bar, and owns its dK and dV. The table, ``[batch * head, key tile, query row]`` int32,
+would grow as T^2; it holds the rows of one pass of :func:`rows_per_pass` rows, and longer
+sequences run the kernels once per pass, the key-tile programs adding their dK and dV to the
+earlier passes' in float32, in pass order. Memory stays linear in T.
+
+The query-tile side is split along the keys too, so that the GPU fills at long T (at T = 32k,
+one program per query tile of a pass was 128 programs on an H200's 132 SMs, each walking up to
+all 32k keys): a pass's keys are cut into chunks of :func:`rows_per_pass` keys, one program per
+query tile and chunk (:func:`backward_launches` lists the grids). A chunk needs each row's
+survivors right of it before its walk starts: a first kernel counts each row's survivors per
+chunk (its scores only), and each dQ program starts from the sum of the counts of the chunks to
+its right: integers, so D-bar, the table and the logits are exactly those of one walk over all
+keys. The chunks' dQ and dlog_delta, in float32, are summed in chunk order (a sequence of
+one pass has one chunk, and its gradients are those of one walk bit for bit). Two backward
+passes give bitwise the same gradients.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -55,10 +65,16 @@ def _suffix_counts(M):
 
 
 @triton.jit
+def _survivors(S, offs_m, offs_n, T):
+    """M (eq. 3-4), 0/1 int32: the visible keys of the tile whose score ``S`` is positive."""
+    return ((S > 0) & causal_tile(offs_m, offs_n, T)).to(tl.int32)
+
+
+@triton.jit
 def _tile_logits(S, log_delta, count, offs_m, offs_n, T):
     """One tile of eq. 3-11 from its scores ``S = q k^T / sqrt(d)`` (eq. 1) and ``count``, each
     row's survivors right of the tile: logits (-inf where M = 0), M and D-bar."""
-    M = ((S > 0) & causal_tile(offs_m, offs_n, T)).to(tl.int32)                         # eq. 3-4
+    M = _survivors(S, offs_m, offs_n, T)                                                 # eq. 3-4
     D_bar = count[:, None] + _suffix_counts(M)                                          # eq. 6
     logits = tl.where(M > 0, S + D_bar.to(tl.float32) * log_delta[:, None], float("-inf"))  # eq. 10-11
     return logits, M, D_bar
@@ -105,27 +121,66 @@ def _count_table(COUNT, bh, n_key_tiles, rows):
 
 
 @triton.jit
-def _bwd_dq(Q, K, V, LD, Z, DO, LSE, DELTA, COUNT, DQ, DLD, sq, sk, sv, sz, so, sg, T, H, scale, row0, rows,
-            n_key_tiles, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
-            SKIP_ZERO_TILES: tl.constexpr):
-    """One query tile of the pass over rows ``row0 .. row0 + rows``: dQ (strides ``sg``),
-    dlog_delta, FlashAttention-2's delta_i = dO_i . z_i (for :func:`_bwd_dkdv`), and the count
-    table: for each key tile it visits, every row's survivors right of that tile."""
+def _chunk_key_tiles(chunk, last, CHUNK_TILES):
+    """First and last key tile of key chunk ``chunk`` that a query tile whose diagonal tile is
+    ``last`` visits."""
+    return chunk * CHUNK_TILES, tl.minimum((chunk + 1) * CHUNK_TILES - 1, last)
+
+
+@triton.jit
+def _bwd_chunk_survivors(Q, K, SURV, sq, sk, T, H, scale, row0, rows, CHUNK_TILES,
+                         D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
+    """One query tile of the pass over rows ``row0 .. row0 + rows`` against key chunk
+    ``1 + program_id(2)``: each row's survivors in the chunk, into ``SURV [batch * head, chunk,
+    row of the pass]`` int32 (chunk 0, left of every other, is nobody's right)."""
     b, h, bh, offs_m = program_tile(H, BLOCK_M)
     offs_m += row0
+    chunk = 1 + tl.program_id(2)
+    K = head_base(K, b, h, sk)
+    q = load_tile(head_base(Q, b, h, sq), offs_m, T, sq, D)
+    survivors = tl.zeros([BLOCK_M], tl.int32)
+    first, last = _chunk_key_tiles(chunk, _last_key_tile(row0 + tl.program_id(0) * BLOCK_M, BLOCK_M, BLOCK_N, T),
+                                   CHUNK_TILES)
+    for n in range(first, last + 1):
+        offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
+        S = tl.dot(q, tl.trans(load_tile(K, offs_n, T, sk, D)), input_precision=PREC) * scale      # eq. 1
+        survivors += tl.sum(_survivors(S, offs_m, offs_n, T), axis=1)
+    tl.store(SURV + (bh.to(tl.int64) * tl.num_programs(2) + tl.program_id(2)) * rows + offs_m - row0, survivors,
+             mask=offs_m < T)
+
+
+@triton.jit
+def _bwd_dq(Q, K, V, LD, Z, DO, LSE, DELTA, COUNT, SURV, DQ, DLD, sq, sk, sv, sz, so, sg, T, H, scale, row0, rows,
+            n_key_tiles, CHUNK_TILES, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+            PREC: tl.constexpr, SKIP_ZERO_TILES: tl.constexpr):
+    """One query tile of the pass over rows ``row0 .. row0 + rows`` against key chunk
+    ``program_id(2)``: its part of dQ (float32, ``DQ [chunk, batch, row of the pass, head, d]``,
+    strides ``sg`` past the chunk) and of dlog_delta (``DLD [chunk, batch * head, row of the
+    pass]``), and the count table: for each key tile it visits, every row's survivors right of
+    that tile, starting from the survivors of the chunks to its right (``SURV``, of
+    :func:`_bwd_chunk_survivors`). The programs of the diagonal chunk store FlashAttention-2's
+    delta_i = dO_i . z_i (for :func:`_bwd_dkdv`)."""
+    b, h, bh, offs_m = program_tile(H, BLOCK_M)
+    offs_m += row0
+    chunk = tl.program_id(2)
     K, V = head_base(K, b, h, sk), head_base(V, b, h, sv)
     q = load_tile(head_base(Q, b, h, sq), offs_m, T, sq, D)
     do = load_tile(head_base(DO, b, h, so), offs_m, T, so, D)
     log_delta = load_row(rows_base(LD, bh, T), offs_m, T)
     lse = load_row(rows_base(LSE, bh, T), offs_m, T)
     delta = row_dot(do, load_tile(head_base(Z, b, h, sz), offs_m, T, sz, D))
-    store_row(rows_base(DELTA, bh, T), offs_m, T, delta)
+    if chunk == tl.num_programs(2) - 1:
+        store_row(rows_base(DELTA, bh, T), offs_m, T, delta)
     counts = _count_table(COUNT, bh, n_key_tiles, rows) + offs_m - row0
     count = tl.zeros([BLOCK_M], tl.int32)
+    for right in range(chunk, tl.num_programs(2) - 1):  # SURV holds chunks 1 .. last as 0 .. last - 1
+        count += tl.load(SURV + (bh.to(tl.int64) * (tl.num_programs(2) - 1) + right) * rows + offs_m - row0,
+                         mask=offs_m < T, other=0)
     dq = tl.zeros([BLOCK_M, D], tl.float32)
     d_log_delta = tl.zeros([BLOCK_M], tl.float32)
-    last = _last_key_tile(row0 + tl.program_id(0) * BLOCK_M, BLOCK_M, BLOCK_N, T)
-    for step in range(0, last + 1):
+    first, last = _chunk_key_tiles(chunk, _last_key_tile(row0 + tl.program_id(0) * BLOCK_M, BLOCK_M, BLOCK_N, T),
+                                   CHUNK_TILES)
+    for step in range(0, last + 1 - first):
         n = last - step
         offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
         tl.store(counts + n * rows, count, mask=offs_m < T)
@@ -139,8 +194,10 @@ def _bwd_dq(Q, K, V, LD, Z, DO, LSE, DELTA, COUNT, DQ, DLD, sq, sk, sv, sz, so, 
                                    delta)
             d_log_delta += tl.sum(dL * D_bar.to(tl.float32), axis=1)
             dq += tl.dot(dL.to(k.dtype), k, input_precision=PREC)
-    store_tile(head_base(DQ, b, h, sg), offs_m, T, sg, dq * scale, D)
-    store_row(rows_base(DLD, bh, T), offs_m, T, d_log_delta)
+    own = offs_m - row0
+    store_tile(head_base(DQ + chunk.to(tl.int64) * tl.num_programs(1) * rows * D, b, h, sg), own, T - row0, sg,
+               dq * scale, D)
+    store_row(rows_base(DLD + chunk.to(tl.int64) * tl.num_programs(1) * rows, bh, rows), own, T - row0, d_log_delta)
 
 
 @triton.jit
@@ -189,6 +246,39 @@ def rows_per_pass(meta: dict) -> int:
     return max(meta["BLOCK_N"] * meta["D"] // meta["BLOCK_M"], 1) * meta["BLOCK_M"]
 
 
+@dataclass(frozen=True)
+class BackwardPass:
+    """One pass of TRA's backward over query rows ``row0 .. row_end``, its keys cut into
+    ``chunks`` chunks of ``chunk_tiles`` key tiles (the table's ``rows`` keys each), and the grid
+    of each of its launches by kernel: "survivors" (:func:`_bwd_chunk_survivors`, query tiles x
+    sequence-heads x chunks right of the first; absent with one chunk), "dq" (query tiles x
+    sequence-heads x chunks) and "dkdv" (key tiles up to ``row_end`` x sequence-heads)."""
+    row0: int
+    row_end: int
+    rows: int
+    chunk_tiles: int
+    chunks: int
+    grids: dict
+
+
+def backward_launches(T: int, heads: int, meta: dict) -> list[BackwardPass]:
+    """The passes of TRA's backward for ``heads`` sequence-heads of ``T`` positions at launch
+    parameters ``meta`` (``BLOCK_M``, ``BLOCK_N``, ``D``), in launch order: what the backward
+    runs, and what a test counts programs on without a GPU."""
+    block_m, block_n = meta["BLOCK_M"], meta["BLOCK_N"]
+    rows = min(rows_per_pass(meta), max(T, 1))  # a single pass needs a table of T rows only
+    chunk_tiles = triton.cdiv(rows, block_n)
+    passes = []
+    for row0 in range(0, T, rows):
+        row_end = min(row0 + rows, T)
+        chunks = triton.cdiv(triton.cdiv(row_end, block_n), chunk_tiles)
+        query_tiles = triton.cdiv(row_end - row0, block_m)
+        grids = {"survivors": (query_tiles, heads, chunks - 1)} if chunks > 1 else {}
+        grids.update(dq=(query_tiles, heads, chunks), dkdv=(triton.cdiv(row_end, block_n), heads))
+        passes.append(BackwardPass(row0, row_end, rows, chunk_tiles, chunks, grids))
+    return passes
+
+
 class TRAAttentionFunction(torch.autograd.Function):
     """``(q, k, v, log_delta, block_m, block_n, skip_zero_tiles) -> z`` with log_delta
     ``[batch, head, pos]`` float32 contiguous; see the module docstring. Saves q, k, v,
@@ -205,25 +295,38 @@ class TRAAttentionFunction(torch.autograd.Function):
         q, k, v, log_delta, z, lse = ctx.saved_tensors
         B, T, H, D = q.shape
         meta = {**ctx.meta, "SKIP_ZERO_TILES": ctx.skip_zero_tiles}
-        rows = min(rows_per_pass(meta), max(T, 1))  # a single pass needs a table of T rows only
-        passes = range(0, T, rows)
+        launches = backward_launches(T, B * H, meta)
+        rows, chunk_tiles = launches[0].rows, launches[0].chunk_tiles
+        chunks = launches[-1].chunks
         n_key_tiles = triton.cdiv(T, meta["BLOCK_N"])
         # one pass stores dK and dV once, in the inputs' dtype; several add theirs in float32, in pass order
-        several = len(passes) > 1
+        several = len(launches) > 1
         dk, dv = ((torch.zeros if several else torch.empty)((B, T, H, D), dtype=torch.float32 if several else k.dtype,
                                                            device=q.device) for _ in range(2))
         dq = torch.empty((B, T, H, D), dtype=q.dtype, device=q.device)
         d_log_delta, delta = (torch.empty((B, H, T), dtype=torch.float32, device=q.device) for _ in range(2))
         count = torch.empty((B * H, n_key_tiles, rows), dtype=torch.int32, device=q.device)
-        strides = (q.stride(), k.stride(), v.stride())
-        for row0 in passes:
-            row_end = min(row0 + rows, T)
-            _bwd_dq[(triton.cdiv(row_end - row0, meta["BLOCK_M"]), B * H)](
-                q, k, v, log_delta, z, dz, lse, delta, count, dq, d_log_delta, *strides, z.stride(), dz.stride(),
-                dq.stride(), T, H, 1.0 / math.sqrt(D), row0, rows, n_key_tiles, **meta)
-            _bwd_dkdv[(triton.cdiv(row_end, meta["BLOCK_N"]), B * H)](
+        survivors = torch.empty(max(B * H * (chunks - 1) * rows, 1), dtype=torch.int32, device=q.device)  # not null
+        # several passes: each chunk's dQ and dlog_delta in float32, summed in chunk order after the pass;
+        # one pass (one chunk) stores them in place
+        dq_parts, dld_parts = ((torch.empty((chunks, B, rows, H, D), dtype=torch.float32, device=q.device),
+                                torch.empty((chunks, B, H, rows), dtype=torch.float32, device=q.device)) if several
+                               else (dq[None], d_log_delta[None]))
+        strides, scale = (q.stride(), k.stride(), v.stride()), 1.0 / math.sqrt(D)
+        for p in launches:
+            if "survivors" in p.grids:
+                _bwd_chunk_survivors[p.grids["survivors"]](q, k, survivors, q.stride(), k.stride(), T, H, scale,
+                                                           p.row0, rows, chunk_tiles, **ctx.meta)
+            _bwd_dq[p.grids["dq"]](
+                q, k, v, log_delta, z, dz, lse, delta, count, survivors, dq_parts, dld_parts, *strides, z.stride(),
+                dz.stride(), dq_parts[0].stride(), T, H, scale, p.row0, rows, n_key_tiles, chunk_tiles, **meta)
+            if several:
+                n = p.row_end - p.row0
+                dq[:, p.row0:p.row_end] = dq_parts[:p.chunks, :, :n].sum(0)
+                d_log_delta[..., p.row0:p.row_end] = dld_parts[:p.chunks, ..., :n].sum(0)
+            _bwd_dkdv[p.grids["dkdv"]](
                 q, k, v, log_delta, dz, lse, delta, count, dk, dv, *strides, dz.stride(), dk.stride(), T, H,
-                1.0 / math.sqrt(D), row0, rows, n_key_tiles, ACCUMULATE=several, **key_tile_meta(meta))
+                scale, p.row0, rows, n_key_tiles, ACCUMULATE=several, **key_tile_meta(meta))
         return dq, dk.to(k.dtype), dv.to(v.dtype), d_log_delta, None, None, None
 
 
