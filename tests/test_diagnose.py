@@ -160,6 +160,16 @@ def test_streamed_metrics_match_a_full_cache(diagnosed):
     assert streamed.value.tolist() == pytest.approx(carriers.value.tolist())
 
 
+def test_the_browser_leaves_out_what_patching_cannot_restore():
+    """A component's restored fraction, (patched - corrupt) / (clean - corrupt), is NaN or
+    infinite where the clean and corrupt runs agree (a fresh TDA's glitch): left out of the page's
+    JSON, which would refuse it, rather than failing the diagnosis."""
+    from interp.diagnose.circuits import _top
+
+    frame = pd.DataFrame({"component": ["a", "b", "c", "d"], "restored": [0.5, np.inf, -np.inf, np.nan]})
+    assert _top(frame, "restored") == [["a", 0.5]]
+
+
 @pytest.mark.integration
 def test_cli_prints_a_summary_and_json(tmp_path, capsys):
     checkpoint = save_tiny(tmp_path, "rope")

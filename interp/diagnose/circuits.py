@@ -24,7 +24,9 @@ TOP = 10          # components per glitch, by |attribution| or |restored|
 
 
 def _top(frame: pd.DataFrame, column: str) -> list[list]:
-    frame = frame.dropna(subset=[column])   # restored is undefined where the two runs agree
+    # restored, (patched - corrupt) / (clean - corrupt), is undefined where the clean and corrupt
+    # runs agree: NaN, or infinite where the patched run does not agree with them
+    frame = frame[np.isfinite(frame[column])]
     chosen = frame.reindex(frame[column].abs().sort_values(ascending=False).index).head(TOP)
     return [[str(c), round(float(v), 4)] for c, v in zip(chosen.component, chosen[column])]
 
