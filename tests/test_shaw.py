@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import torch
 
 from interp.cli import main
 from models import ModelConfig
-from models.attention.shaw import ShawAttention, clipped_distance, relative_logits, shaw_reference
+from models.attention.shaw import (ShawAttention, clipped_distance, distance_logits, relative_logits, shaw_reference,
+                                   shaw_rows)
 from models.checkpoint import build_model, load, save
+from support import assert_same_model
 
 
 def test_a_hand_computed_example():
@@ -84,3 +87,55 @@ def test_shaw_trains_on_counting_from_the_command_line(tmp_path):
                  "--n-layers", "1", "--d-model", "16", "--n-heads", "2", "--eval-n", "1", "--out", str(out),
                  "--quiet"]) == 0
     assert json.loads((out / "config.json").read_text())["model"]["model"] == "shaw"
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["pytorch-rule-float64", "native-rule-float32"])
+@pytest.mark.parametrize("n_dist", [5, 41], ids=["clipped", "every-distance"])
+def test_the_training_rows_path_is_the_reference_forward_and_backward(small_blocks, monkeypatch, dtype, n_dist):
+    """Training on the CPU (models.attention.shaw.shaw_rows, blocks of 5 or 16 rows): in float64 the
+    PyTorch rule (gather and scatter_add per block), in float32 the C kernel, against the float64
+    reference, forward and the gradients of q, k, v and w^K, with the distances clipped (K = 4) or
+    all distinct; float32 as close as the float32 reference, up to a factor of 4, plus 1e-6 of the
+    tensor's largest entry (each tensor named on failure)."""
+    from kernels.tooling import native
+
+    used = []
+    monkeypatch.setattr(native, "shaw_logits_", lambda *a, run=native.shaw_logits_: used.append(1) or run(*a))
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 37, 3, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    w_k = torch.randn(n_dist, 8, generator=gen, dtype=torch.float64)
+    d_z = torch.randn(2, 37, 3, 8, generator=gen, dtype=torch.float64)
+    results = {}
+    for name, path, kind in [("rows", lambda *t: shaw_rows(*t[:3], distance_logits(t[0], t[3])), dtype),
+                             ("reference", lambda *t: shaw_reference(*t[:3], relative_logits(t[0], t[3])), dtype),
+                             ("exact", lambda *t: shaw_reference(*t[:3], relative_logits(t[0], t[3])), torch.float64)]:
+        leaves = [t.to(kind).requires_grad_() for t in (q, k, v, w_k)]
+        z = path(*leaves)
+        results[name] = (z, *torch.autograd.grad(z, leaves, d_z.to(kind)))
+    assert bool(used) == (dtype == torch.float32 and native.trainable(q.float()))
+    for what, ours, reference, exact in zip(("z", "dq", "dk", "dv", "dw_k"), *results.values()):
+        error, reference_error = ((t.double() - exact).abs().max() for t in (ours, reference))
+        bound = 1e-12 if dtype == torch.float64 else 4 * reference_error + 1e-6 * exact.abs().max()
+        assert error <= bound, f"{what}: {error:.3g} against the reference's {reference_error:.3g}"
+
+
+def test_training_runs_the_rows_path_unless_the_positional_hook_is_on(monkeypatch):
+    """A training step on the CPU goes through shaw_rows, and gives the reference model's logits and
+    gradients; with a hook on hook_pos_logits the hook sees the whole map (the fused path)."""
+    import models.attention.shaw as shaw
+
+    calls = []
+    monkeypatch.setattr(shaw, "shaw_rows", lambda *a, run=shaw.shaw_rows: calls.append(1) or run(*a))
+    torch.manual_seed(0)
+    model = build_model(config(max_distance=4)).train()
+    with torch.no_grad():
+        model.blocks[0].attn.w_k.normal_()
+    reference = build_model(ModelConfig.from_dict({**model.cfg.to_dict(), "attention_impl": "reference"})).train()
+    reference.load_state_dict(model.state_dict())
+    tokens = torch.randint(0, model.cfg.d_vocab, (2, 12))
+    assert_same_model(reference, model, tokens)
+    assert len(calls) == 1   # one layer
+    seen = []
+    model.blocks[0].attn.hook_pos_logits.add_hook(lambda t, hook: seen.append(t.shape))
+    model(tokens).sum().backward()
+    assert seen == [(2, 2, 12, 12)] and len(calls) == 1

@@ -425,3 +425,31 @@ int cope_rule_backward(float *dL, const float *g, const float *p, const float *z
     }
     return 0;
 }
+
+/* Shaw et al.'s relative logits in training (models/attention/shaw.py), for the PyTorch blocks of
+ * query rows laid out as CoPE's above: row i's logits S_ij + B_i[min(i - j, K)] for j <= i from
+ * its per-distance logits B [n_bh, n_pos, K + 1] (q_i . w^K_r / sqrt(d)), MASK_FILL past i; the
+ * backward adds dL_ij into dB_i[min(i - j, K)]. */
+int shaw_rule_logits(float *S, const float *B, int64_t n_bh, int64_t n_rows, int64_t first_row, int64_t n_keys,
+                     int64_t n_pos, int64_t n_dist) {
+    for (int64_t row = 0; row < n_bh * n_rows; row++) {
+        const int64_t i = first_row + row % n_rows, at = row * n_keys;
+        const float *b_row = B + ((row / n_rows) * n_pos + i) * n_dist;
+        for (int64_t j = 0; j <= i; j++)
+            S[at + j] += b_row[i - j < n_dist ? i - j : n_dist - 1];
+        for (int64_t j = i + 1; j < n_keys; j++)
+            S[at + j] = MASK_FILL;
+    }
+    return 0;
+}
+
+int shaw_rule_backward(const float *dL, int64_t n_bh, int64_t n_rows, int64_t first_row, int64_t n_keys,
+                       int64_t n_pos, int64_t n_dist, float *dB) {
+    for (int64_t row = 0; row < n_bh * n_rows; row++) {
+        const int64_t i = first_row + row % n_rows, at = row * n_keys;
+        float *db_row = dB + ((row / n_rows) * n_pos + i) * n_dist;
+        for (int64_t j = 0; j <= i; j++)
+            db_row[i - j < n_dist ? i - j : n_dist - 1] += dL[at + j];
+    }
+    return 0;
+}

@@ -3,7 +3,8 @@ evaluation's) the attention core of softmax attention without a bias (NoPE, APE,
 Diff, CoPE, trela and TDA, four query rows at a time, each loop vectorised along the keys; in
 training too, trela's and TDA's q~ and k~ (RoPE then unit length) and their gradient, one pass
 over each row each way where PyTorch makes about ten (:func:`rotated_unit_forward`), and CoPE's
-logits and their gradient in the training path's blocks (:func:`cope_positions`).
+logits and their gradient in the training path's blocks (:func:`cope_positions`), and Shaw's
+(:func:`shaw_logits_`).
 
 At the ``mech`` head size (d_head 16, 8 per Diff view) PyTorch's own paths are far from the
 matmul roofline (its fused attention does about 40 GFLOP/s there, of 160-200): each query
@@ -72,6 +73,8 @@ SIGNATURES = {
     "cope_rule_positions": [_PTR] + [_I64] * 4 + [_PTR, _PTR],
     "cope_rule_logits": [_PTR] * 3 + [_I64] * 6,
     "cope_rule_backward": [_PTR] * 4 + [_I64] * 6 + [_PTR],
+    "shaw_rule_logits": [_PTR] * 2 + [_I64] * 6,
+    "shaw_rule_backward": [_PTR] + [_I64] * 6 + [_PTR],
 }
 PAD = 16  # native.c's PAD: keys and values are padded to a multiple of it, a multiple of every vector width
 
@@ -345,11 +348,11 @@ def rotated_unit_backward(u: torch.Tensor, length: torch.Tensor, du: torch.Tenso
 
 
 def _blocks(*maps: torch.Tensor) -> None:
-    """Refuse maps the CoPE block kernels cannot read in place: float32 and contiguous."""
+    """Refuse maps the block kernels (CoPE's, Shaw's) cannot read in place: float32 and contiguous."""
     for m in maps:
         if m.dtype != torch.float32 or not m.is_contiguous():
-            raise ValueError(f"the native CoPE rule takes contiguous float32 blocks, got {m.dtype} with strides "
-                             f"{m.stride()}")
+            raise ValueError(f"the native block kernels take contiguous float32 maps, got {m.dtype} with strides "
+                             f"{m.stride()}: run the PyTorch rule")
 
 
 def cope_positions(S: torch.Tensor, first_row: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -398,3 +401,31 @@ def cope_backward_(dL: torch.Tensor, g: torch.Tensor, p: torch.Tensor, z: torch.
 
     _split(n_bh, call)
     return dz
+
+
+def shaw_logits_(S: torch.Tensor, by_distance: torch.Tensor, first_row: int) -> torch.Tensor:
+    """``S [bh, rows, keys]`` of a training block (rows from ``first_row``) in place to Shaw's logits
+    ``S_ij + by_distance_i[min(i - j, K)]``, from the per-distance logits ``by_distance [bh, pos,
+    K + 1]``; future keys at MASK_FILL (:class:`models.attention.shaw.NativeShawRule`)."""
+    _blocks(S, by_distance)
+    n_bh, n_rows, n_keys = S.shape
+
+    def call(lo: int, hi: int) -> None:
+        library().shaw_rule_logits(S[lo:hi].data_ptr(), by_distance[lo:hi].data_ptr(), hi - lo, n_rows, first_row,
+                                   n_keys, *by_distance.shape[1:])
+
+    _split(n_bh, call)
+    return S
+
+
+def shaw_backward(dL: torch.Tensor, first_row: int, d_by_distance: torch.Tensor) -> None:
+    """The logits' gradient ``dL`` of a block (:func:`shaw_logits_`'s) added into the per-distance
+    logits' gradient ``d_by_distance [bh, pos, K + 1]``."""
+    _blocks(dL, d_by_distance)
+    n_bh, n_rows, n_keys = dL.shape
+
+    def call(lo: int, hi: int) -> None:
+        library().shaw_rule_backward(dL[lo:hi].data_ptr(), hi - lo, n_rows, first_row, n_keys,
+                                     *d_by_distance.shape[1:], d_by_distance[lo:hi].data_ptr())
+
+    _split(n_bh, call)

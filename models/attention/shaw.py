@@ -28,7 +28,10 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from kernels.tooling.common import MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products, through
+from kernels.tooling import native
+from kernels.tooling.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products,
+                                    through, upcast)
+from kernels.tooling.rows import mask_future_, needs_grad, softmax_rows
 from models.attention.base import Attention, register
 from models.attention.softmax import sdpa_attention
 
@@ -45,14 +48,73 @@ def clipped_distance(n_pos: int, max_distance: int, device=None) -> Int[Tensor, 
     return (pos[:, None] - pos[None, :]).clamp(min=0, max=max_distance)
 
 
+def distance_logits(q: Float[Tensor, "batch pos head d_head"], w_k: Float[Tensor, "distance d_head"]
+                    ) -> Float[Tensor, "batch head query_pos distance"]:
+    """``q_i . w^K_r / sqrt(d_head)``: each query against each row of ``w^K`` once, in at least float32."""
+    return torch.einsum("bqhd,rd->bhqr", upcast(q), upcast(w_k)) / q.shape[-1] ** 0.5
+
+
 def relative_logits(q: Float[Tensor, "batch pos head d_head"], w_k: Float[Tensor, "distance d_head"]
                     ) -> Float[Tensor, "batch head query_pos key_pos"]:
-    """The positional term of e_ij, ``q_i . a^K_ij / sqrt(d_head)``: each query against each row of
-    ``w^K`` once (``[batch, head, query, K + 1]``), then read at every pair's clipped distance."""
-    n_pos, d_head = q.shape[1], q.shape[-1]
-    by_distance = torch.einsum("bqhd,rd->bhqr", q.float(), w_k.float()) / d_head ** 0.5
+    """The positional term of e_ij, ``q_i . a^K_ij / sqrt(d_head)``: :func:`distance_logits` read
+    at every pair's clipped distance."""
+    n_pos, by_distance = q.shape[1], distance_logits(q, w_k)
     distance = clipped_distance(n_pos, w_k.shape[0] - 1, q.device)
     return by_distance.gather(-1, distance.expand(*by_distance.shape[:2], n_pos, n_pos))
+
+
+class ShawRule:
+    """Shaw's logits ``S_ij + q_i . a^K_ij / sqrt(d)`` for the CPU path's blocks of query rows
+    (:class:`kernels.tooling.rows.SoftmaxRowsFunction`), read off ``inputs = (by_distance [bh, pos,
+    K + 1],)`` (:func:`distance_logits`) at each pair's clipped distance: no ``[query, key]`` map
+    beyond a block's, where the fused attention takes the whole positional term as its mask and
+    computes its gradient over every pair, future ones included."""
+
+    BATCHED = (True,)
+
+    @staticmethod
+    def distances(rows: slice, n_keys: int, n_dist: int, like: torch.Tensor) -> torch.Tensor:
+        """``[bh, rows, keys]`` ``min(i - j, K)`` of a block (0 on future keys, which are masked)."""
+        i = torch.arange(rows.start, rows.stop, device=like.device)[:, None]
+        distance = (i - torch.arange(n_keys, device=like.device)).clamp_(0, n_dist - 1)
+        return distance.expand(like.shape[0], *distance.shape)
+
+    @staticmethod
+    def logits(S, rows, by_distance):
+        distance = ShawRule.distances(rows, S.shape[-1], by_distance.shape[-1], S)
+        return mask_future_(S.add_(by_distance[:, rows].gather(-1, distance)), rows, MASK_FILL), None, None
+
+    @staticmethod
+    def backward(dL, saved, rows, inputs, grads):
+        distance = ShawRule.distances(rows, dL.shape[-1], inputs[0].shape[-1], dL)
+        grads[0][:, rows].scatter_add_(-1, distance, dL)
+        return dL
+
+
+class NativeShawRule:
+    """:class:`ShawRule` in training on the CPU in float32, each block's logits and their gradient
+    in one pass of a C kernel (:func:`kernels.tooling.native.shaw_logits_`), without the index maps."""
+
+    BATCHED = (True,)
+
+    @staticmethod
+    def logits(S, rows, by_distance):
+        return native.shaw_logits_(S, by_distance, rows.start), None, None
+
+    @staticmethod
+    def backward(dL, saved, rows, inputs, grads):
+        native.shaw_backward(dL, rows.start, grads[0])
+        return dL
+
+
+def shaw_rows(q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batch pos head d_head"],
+              v: Float[Tensor, "batch pos head d_head"], by_distance: Float[Tensor, "batch head pos distance"]
+              ) -> Float[Tensor, "batch pos head d_head"]:
+    """:func:`shaw_reference`'s ``z`` without ``w_v``, from :func:`distance_logits`, through the CPU
+    path's blocks (:class:`NativeShawRule` where it runs, else :class:`ShawRule`): training's path."""
+    rows_by_distance = by_distance.to(upcast(q).dtype).reshape(-1, *by_distance.shape[2:]).contiguous()
+    rule = NativeShawRule if native.trainable(q, rows_by_distance) else ShawRule
+    return softmax_rows(rule, q, k, v, rows_by_distance)
 
 
 def shaw_reference(q: Float[Tensor, "batch pos head d_head"], k: Float[Tensor, "batch pos head d_head"],
@@ -79,7 +141,8 @@ class ShawAttention(Attention):
     key_pos]``, as CoPE's ``q_i . e[p_ij]``). ``hook_attn_scores`` is the content term alone,
     ``hook_attn_logits`` e_ij (future keys at the fill), ``hook_pattern`` a_ij. Without ``values``
     and without hooks inside the core, the softmax runs through PyTorch's fused attention with the
-    positional term as its additive mask (``sdpa``)."""
+    positional term as its additive mask (``sdpa``), and in training on the CPU (gradients wanted,
+    nothing on ``hook_pos_logits``) through the CPU path's blocks of rows (:func:`shaw_rows`)."""
 
     Options = ShawOptions
     IMPLEMENTATIONS = {"reference": shaw_reference, "sdpa": sdpa_attention}
@@ -104,5 +167,9 @@ class ShawAttention(Attention):
                v: Float[Tensor, "batch pos head d_head"], x: Float[Tensor, "batch pos d_model"],
                positions: Int[Tensor, "batch query_pos"] | None = None
                ) -> Float[Tensor, "batch query_pos head d_head"]:
+        impl = self.implementation(q.device)
+        if (impl == "sdpa" and positions is None and q.device.type == "cpu" and needs_grad(q, k, v, self.w_k)
+                and not self.hook_pos_logits.has_hooks()):   # training on the CPU
+            return shaw_rows(q, k, v, distance_logits(q, self.w_k))
         D = self.hook_pos_logits(relative_logits(q, self.w_k))
-        return self.core(self.implementation(q.device), positions)(q, k, v, D)
+        return self.core(impl, positions)(q, k, v, D)
