@@ -7,6 +7,7 @@ import torch
 
 from kernels.tooling import native
 from kernels.tooling.common import causal_mask
+import models.attention.diff as diff
 from models import ModelConfig
 from models.attention.rope import apply_rope
 from models.backbone import GlitchLensTransformer
@@ -89,11 +90,11 @@ def test_lambda_gets_gradient(tokens):
 
 
 @pytest.mark.parametrize("rope", [True, False])
-def test_sdpa_equals_the_maps_forward_and_backward(rope, monkeypatch, tokens):
-    """Without the native kernel the two views run through SDPA (``A1 V - lambda A2 V``), with
-    gradients too (training), and give the model the explicit maps give, forward and every
-    parameter's gradient; with a hook inside the core, or ``attention_impl="reference"`` in
-    training mode, the maps are computed."""
+def test_sdpa_and_the_training_rows_equal_the_maps_forward_and_backward(rope, monkeypatch, tokens):
+    """Without the native kernel the two views run through SDPA (``A1 V - lambda A2 V``), and with
+    gradients (training) on the CPU through the rows path's blocks (``rows_training``); both give the
+    model the explicit maps give, forward and every parameter's gradient; with a hook inside the
+    core, or ``attention_impl="reference"`` in training mode, the maps are computed."""
     model = diff_model(n_layers=2, rope=rope).eval()
     x = tokens(2, N_POS)
     hooked = [(f"blocks.{layer}.attn.hook_pattern", lambda t, hook: t) for layer in range(2)]
@@ -101,19 +102,41 @@ def test_sdpa_equals_the_maps_forward_and_backward(rope, monkeypatch, tokens):
     explicit.square().mean().backward()
     explicit_grads = {name: p.grad.clone() for name, p in model.named_parameters()}
     model.zero_grad()
-    calls = []
+    calls, rows_calls = [], []
     sdpa = torch.nn.functional.scaled_dot_product_attention
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
                         lambda *args, **kwargs: calls.append(1) or sdpa(*args, **kwargs))
+    monkeypatch.setattr(diff, "rows_training", lambda *args, run=diff.rows_training: rows_calls.append(1) or run(*args))
     with torch.no_grad(), native.switched_off():
         fast = model(x)
     assert len(calls) == 4, "two views in each of the two layers"
     torch.testing.assert_close(fast, explicit, rtol=1e-5, atol=1e-5)
     model.train()(x).square().mean().backward()
-    assert len(calls) == 8, "training runs the views through SDPA"
+    assert len(calls) == 4 and len(rows_calls) == 2, "training on the CPU runs the rows path's blocks"
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, explicit_grads[name], rtol=1e-4, atol=1e-6, msg=name)
     model.cfg.attention_impl = "reference"
     with torch.no_grad():
         model(x)
-    assert len(calls) == 8, "attention_impl='reference' ran SDPA in training mode"
+    assert len(calls) == 4 and len(rows_calls) == 2, "attention_impl='reference' ran a fast path in training mode"
+
+
+@pytest.mark.parametrize("rows", [5, 64])
+def test_the_training_rows_are_the_reference_in_float64(rows, monkeypatch):
+    """The rows path's two-view function (DiffRowsFunction) against diff_reference in float64,
+    forward and the gradients of both views' q and k, v and lambda, on an awkward shape (T = 37 in
+    blocks of 5 rows, ending in a partial one, or in one block; three heads), each tensor named."""
+    import kernels.tooling.rows
+
+    monkeypatch.setattr(kernels.tooling.rows, "ROWS", rows)
+    gen = torch.Generator().manual_seed(6)
+    inputs = [torch.randn(2, 37, 3, 8, generator=gen, dtype=torch.float64) for _ in range(4)]
+    inputs += [torch.randn(2, 37, 3, 16, generator=gen, dtype=torch.float64), torch.tensor(0.7, dtype=torch.float64)]
+    d_z = torch.randn(2, 37, 3, 16, generator=gen, dtype=torch.float64)
+    results = {}
+    for name, path in [("rows", diff.rows_attention), ("reference", diff.diff_reference)]:
+        leaves = [t.clone().requires_grad_() for t in inputs]
+        z = path(*leaves)
+        results[name] = (z, *torch.autograd.grad(z, leaves, d_z))
+    for what, ours, reference in zip(("z", "dq1", "dk1", "dq2", "dk2", "dv", "d_lambda"), *results.values()):
+        torch.testing.assert_close(ours, reference, rtol=1e-10, atol=1e-12, msg=lambda m: f"{what}: {m}")

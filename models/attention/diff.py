@@ -60,12 +60,14 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 from transformer_lens.hook_points import HookPoint
 
 from kernels.tooling import native
-from kernels.tooling.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products,
-                            through, upcast)
-from kernels.tooling.rows import at_rows, past_keys
+from kernels.tooling.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, check_map_size, no_dropout,
+                                    scaled_products, through, upcast)
+from kernels.tooling.rows import (at_rows, heads_first, heads_last, mask_future_, needs_grad, past_keys, row_blocks,
+                                  softmax_weights)
 from models.attention.base import Attention, register, rms_normalise
 from models.attention.rope import apply_rope
 
@@ -117,12 +119,69 @@ def sdpa_attention(q1, k1, q2, k2, v, lam, positions=None) -> torch.Tensor:
     return (view_output(q1, k1, v, positions) - lam * view_output(q2, k2, v, positions)).to(v.dtype)  # eq. 1
 
 
+class DiffRowsFunction(torch.autograd.Function):
+    """``(lam, q, k, v) -> (A^(1) - lam A^(2)) v`` in the CPU path's blocks of query rows
+    (:mod:`kernels.tooling.rows`), q and k the two views stacked ``[2, bh, pos, d_view]`` (q
+    scaled): each block's scores of both views in one product at the views' own width, and ONE
+    product with v for the signed weights, where two calls of the fused attention each multiply
+    q and k padded to v's width and each apply their own weights to v. Backward by hand: a view's
+    logits get ``c A (dA - sum_j A dA)`` (c = 1, -lam), lambda ``-sum A^(2) dA``."""
+
+    @staticmethod
+    def forward(ctx, lam, q, k, v):
+        z, lam_value = torch.empty_like(v), float(lam)
+        ctx.blocks = []
+        for rows in row_blocks(v.shape[1]):
+            S = torch.bmm(q[:, :, rows].flatten(0, 1), k[:, :, :rows.stop].flatten(0, 1).transpose(1, 2))
+            A = softmax_weights(mask_future_(S, rows, MASK_FILL), None).unflatten(0, (2, -1))
+            z[:, rows] = torch.bmm(torch.add(A[0], A[1], alpha=-lam_value), v[:, :rows.stop])
+            ctx.blocks.append((rows, A))
+        ctx.save_for_backward(lam, q, k, v)
+        return z
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dz):
+        lam, q, k, v = ctx.saved_tensors
+        dq, dk, dv, d_lam = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v), torch.zeros_like(lam)
+        coefficients = torch.stack([torch.ones_like(lam), -lam])[:, None, None, None]
+        for rows, A in ctx.blocks:
+            keys = slice(0, rows.stop)
+            dA = torch.bmm(dz[:, rows], v[:, keys].transpose(1, 2))
+            dv[:, keys] += torch.bmm(torch.add(A[0], A[1], alpha=-float(lam)).transpose(1, 2), dz[:, rows])
+            dL = A * dA                                   # [2, bh, rows, keys]
+            row_terms = dL.sum(-1, keepdim=True)          # sum_j A dA, per view and row
+            d_lam -= row_terms[1].sum()
+            dS = dL.sub_(A * row_terms).mul_(coefficients).flatten(0, 1)
+            dq[:, :, rows] = torch.bmm(dS, k[:, :, keys].flatten(0, 1)).unflatten(0, (2, -1))
+            dk[:, :, keys] += torch.bmm(dS.transpose(1, 2), q[:, :, rows].flatten(0, 1)).unflatten(0, (2, -1))
+        return d_lam, dq, dk, dv
+
+
+def views_first(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Two views ``[batch, pos, head, d]`` -> ``[2, batch * head, pos, d]`` in at least float32, one copy."""
+    both = upcast(torch.stack([a, b]))
+    return both.transpose(2, 3).reshape(2, -1, *both.shape[2:3], both.shape[-1])
+
+
+def rows_training(q1, k1, q2, k2, v, lam) -> torch.Tensor:
+    """:func:`diff_reference`'s ``z`` with gradients on the CPU path (:class:`DiffRowsFunction`)."""
+    with torch.autocast(v.device.type, enabled=False):
+        check_map_size(q1, k1)
+        v_rows = heads_first(v)
+        z = DiffRowsFunction.apply(lam.to(v_rows.dtype), views_first(q1, q2) * q1.shape[-1] ** -0.5,
+                                   views_first(k1, k2), v_rows)
+    return heads_last(z, v)
+
+
 def rows_attention(q1, k1, q2, k2, v, lam, positions=None) -> torch.Tensor:
     """The CPU path: :func:`diff_reference`'s ``z`` through the fused C kernel
-    (:func:`kernels.tooling.native.diff_attention`) where it can run (built, CPU, no gradient wanted),
-    else :func:`sdpa_attention`."""
+    (:func:`kernels.tooling.native.diff_attention`) where it can run (built, CPU, no gradient wanted);
+    with gradients (training) through :func:`rows_training`; else :func:`sdpa_attention`."""
     if native.usable(q1, k1, q2, k2, v, lam):
         return native.diff_attention(q1, k1, q2, k2, v, float(lam), positions)
+    if positions is None and needs_grad(q1, k1, q2, k2, v, lam):
+        return rows_training(q1, k1, q2, k2, v, lam)
     return sdpa_attention(q1, k1, q2, k2, v, lam, positions)
 
 
