@@ -17,10 +17,11 @@ in the shapes the rest of the toolkit expects. ``d_head`` must be divisible by 4
 rotates each view's ``d_head / 2`` dimensions in pairs).
 
 Without a gradient wanted and without a hook inside the attention core the CPU runs the fused C
-kernel (:func:`kernels.tooling.native.diff_attention`, the ``rows`` path); in training, on other devices,
-or without a C compiler, each view runs through ``scaled_dot_product_attention`` and the two
-outputs are subtracted, ``A^(1) V - lambda A^(2) V`` (:func:`sdpa_attention`), whose backward is
-SDPA's own, which keeps no ``[query, key]`` map. Every hooked run, attention dropout and
+kernel (:func:`kernels.tooling.native.diff_attention`, the ``rows`` path); in training the CPU runs
+both views in blocks of query rows (:class:`DiffRowsFunction`); on other devices, or without a C
+compiler, each view runs through ``scaled_dot_product_attention`` and the two outputs are
+subtracted, ``A^(1) V - lambda A^(2) V`` (:func:`sdpa_attention`), whose backward is SDPA's own,
+which keeps no ``[query, key]`` map. Every hooked run, attention dropout and
 ``attention_impl="reference"`` in training compute the maps explicitly (:func:`diff_reference`);
 the Table 1 runs were trained on that reference (another path's backward changes the float
 rounding: ``attention_impl="reference"`` trains them as they were).
