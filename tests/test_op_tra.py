@@ -70,14 +70,24 @@ def test_skipping_zero_tiles_is_exact(device):
     torch.testing.assert_close(skipped, dense, rtol=0, atol=0)
 
 
-def test_backward_in_several_passes(device, monkeypatch):
+@pytest.mark.parametrize("slots", [None, "twice the sequence-heads"])
+def test_backward_in_several_passes(device, monkeypatch, slots):
     """Past :func:`kernels.tra.triton.rows_per_pass` query rows the backward runs in passes over
-    the rows, each with its own count table, adding dK and dV in float32 in pass order: still the
-    reference's gradients (here passes of 32 rows at T = 65, tiles of 16 x 32)."""
+    the rows, each with its own count table, adding dK and dV in float32 in pass order, and its
+    query tiles' keys cut into chunks: still the reference's gradients (here passes of 32 rows at
+    T = 65, tiles of 16 x 16; chunks of 32 keys, or as a GPU with twice as many slots as
+    sequence-heads cuts them: the first two passes, of two query tiles, walk their keys whole, the
+    last, of one, cuts its 5 key tiles in chunks of 2, 2 and 1)."""
     import kernels.tra.triton as tra_triton
 
     monkeypatch.setattr(tra_triton, "rows_per_pass", lambda meta: 32)
-    case = Case(65, 16, blocks=(16, 32), gate=-4.0)
+    if slots:
+        launches = tra_triton.backward_launches
+        monkeypatch.setattr(tra_triton, "backward_launches",
+                            lambda T, heads, meta, _: launches(T, heads, meta, 2 * heads))
+        assert [(p.chunks, p.chunk_tiles) for p in tra_triton.backward_launches(
+            65, 2, {"BLOCK_M": 16, "BLOCK_N": 16, "D": 16}, None)] == [(1, 2), (1, 4), (3, 2)]
+    case = Case(65, 16, blocks=(16, 16), gate=-4.0)
     check(implementation("tra", "triton", case), reference, draw_gated, near_threshold, case, device)
 
 
@@ -106,7 +116,8 @@ def test_backward_fills_the_gpu_at_long_t():
     program walks at most one chunk (64 key tiles), and pass p launches 32 x 4 x (p + 1) dQ
     programs, from the second pass on more than an H200's 132 SMs, where one program per query
     tile was 128 in every pass, the last ones walking all 1024 key tiles. The survivor counts of
-    the chunks right of the first take one launch per pass; dK/dV keep one program per key tile."""
+    the chunks right of the first take one launch per pass; dK/dV keep one program per key tile.
+    On a GPU only a pass whose query tiles fill at most half its slots is cut."""
     from kernels.tra.triton import backward_launches
 
     passes = backward_launches(32768, 4, {"BLOCK_M": 64, "BLOCK_N": 32, "D": 64})
@@ -115,6 +126,11 @@ def test_backward_fills_the_gpu_at_long_t():
         assert p.grids["dq"] == (32, 4, i + 1) and p.grids["dkdv"] == (64 * (i + 1), 4)
         assert p.grids.get("survivors") == ((32, 4, i) if i else None)
     assert [math.prod(p.grids["dq"]) for p in passes][1:] == [128 * (i + 1) for i in range(1, 16)]
+    # on an H200 (132 SMs, 2 programs each): cut where the query tiles fill at most half the 264 slots
+    assert backward_launches(32768, 4, {"BLOCK_M": 64, "BLOCK_N": 32, "D": 64}, slots=264) == passes
+    for T, heads in ((16384, 8), (8192, 16)):
+        full = backward_launches(T, heads, {"BLOCK_M": 64, "BLOCK_N": 32, "D": 64}, slots=264)
+        assert {p.chunks for p in full} == {1} and not any("survivors" in p.grids for p in full)
     one = backward_launches(100, 4, {"BLOCK_M": 64, "BLOCK_N": 32, "D": 64})
     assert [(p.rows, p.chunks, p.grids) for p in one] == [(100, 1, {"dq": (2, 4, 1), "dkdv": (4, 4)})], \
         "one pass, one chunk: the launches of one walk"

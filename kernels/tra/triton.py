@@ -31,8 +31,9 @@ earlier passes' in float32, in pass order. Memory stays linear in T.
 
 The query-tile side is split along the keys too, so that the GPU fills at long T (at T = 32k,
 one program per query tile of a pass was 128 programs on an H200's 132 SMs, each walking up to
-all 32k keys): a pass's keys are cut into chunks of :func:`rows_per_pass` keys, one program per
-query tile and chunk (:func:`backward_launches` lists the grids). A chunk needs each row's
+all 32k keys): a pass whose query tiles fill at most half the GPU cuts its keys into chunks of
+:func:`rows_per_pass` keys, one program per query tile and chunk
+(:func:`backward_launches` lists the grids). A chunk needs each row's
 survivors right of it before its walk starts: a first kernel counts each row's survivors per
 chunk (its scores only), and each dQ program starts from the sum of the counts of the chunks to
 its right: integers, so D-bar, the table and the logits are exactly those of one walk over all
@@ -246,13 +247,18 @@ def rows_per_pass(meta: dict) -> int:
     return max(meta["BLOCK_N"] * meta["D"] // meta["BLOCK_M"], 1) * meta["BLOCK_M"]
 
 
+# Programs of these kernels an SM runs at once: their 4 warps of 145-220 registers a thread
+# (kernels.tooling.aot's table) take about half of an SM's 65536 registers
+PROGRAMS_PER_SM = 2
+
+
 @dataclass(frozen=True)
 class BackwardPass:
     """One pass of TRA's backward over query rows ``row0 .. row_end``, its keys cut into
-    ``chunks`` chunks of ``chunk_tiles`` key tiles (the table's ``rows`` keys each), and the grid
-    of each of its launches by kernel: "survivors" (:func:`_bwd_chunk_survivors`, query tiles x
-    sequence-heads x chunks right of the first; absent with one chunk), "dq" (query tiles x
-    sequence-heads x chunks) and "dkdv" (key tiles up to ``row_end`` x sequence-heads)."""
+    ``chunks`` chunks of ``chunk_tiles`` key tiles, and the grid of each of its launches by kernel:
+    "survivors" (:func:`_bwd_chunk_survivors`, query tiles x sequence-heads x chunks right of the
+    first; absent with one chunk), "dq" (query tiles x sequence-heads x chunks) and "dkdv" (key
+    tiles up to ``row_end`` x sequence-heads)."""
     row0: int
     row_end: int
     rows: int
@@ -261,20 +267,26 @@ class BackwardPass:
     grids: dict
 
 
-def backward_launches(T: int, heads: int, meta: dict) -> list[BackwardPass]:
+def backward_launches(T: int, heads: int, meta: dict, slots: int | None = None) -> list[BackwardPass]:
     """The passes of TRA's backward for ``heads`` sequence-heads of ``T`` positions at launch
     parameters ``meta`` (``BLOCK_M``, ``BLOCK_N``, ``D``), in launch order: what the backward
-    runs, and what a test counts programs on without a GPU."""
+    runs, and what a test counts programs on without a GPU. A pass whose query tiles, times
+    ``heads``, fill at most half of ``slots`` (the programs the GPU runs at once) cuts its keys
+    into chunks of ``rows`` keys (so that the survivor counts stay within the size of dK): then at
+    least half the GPU would idle through the pass, more than the survivor counts' extra scores
+    cost (one product a tile, against dQ's four). A pass that fills more walks its keys whole.
+    ``slots`` None (a CPU tensor, under the interpreter): every pass is cut."""
     block_m, block_n = meta["BLOCK_M"], meta["BLOCK_N"]
     rows = min(rows_per_pass(meta), max(T, 1))  # a single pass needs a table of T rows only
-    chunk_tiles = triton.cdiv(rows, block_n)
     passes = []
     for row0 in range(0, T, rows):
         row_end = min(row0 + rows, T)
-        chunks = triton.cdiv(triton.cdiv(row_end, block_n), chunk_tiles)
-        query_tiles = triton.cdiv(row_end - row0, block_m)
+        query_tiles, key_tiles = triton.cdiv(row_end - row0, block_m), triton.cdiv(row_end, block_n)
+        cut = slots is None or 2 * query_tiles * heads <= slots
+        chunk_tiles = triton.cdiv(rows, block_n) if cut else key_tiles
+        chunks = triton.cdiv(key_tiles, chunk_tiles)
         grids = {"survivors": (query_tiles, heads, chunks - 1)} if chunks > 1 else {}
-        grids.update(dq=(query_tiles, heads, chunks), dkdv=(triton.cdiv(row_end, block_n), heads))
+        grids.update(dq=(query_tiles, heads, chunks), dkdv=(key_tiles, heads))
         passes.append(BackwardPass(row0, row_end, rows, chunk_tiles, chunks, grids))
     return passes
 
@@ -295,9 +307,10 @@ class TRAAttentionFunction(torch.autograd.Function):
         q, k, v, log_delta, z, lse = ctx.saved_tensors
         B, T, H, D = q.shape
         meta = {**ctx.meta, "SKIP_ZERO_TILES": ctx.skip_zero_tiles}
-        launches = backward_launches(T, B * H, meta)
-        rows, chunk_tiles = launches[0].rows, launches[0].chunk_tiles
-        chunks = launches[-1].chunks
+        slots = (PROGRAMS_PER_SM * torch.cuda.get_device_properties(q.device).multi_processor_count
+                 if q.is_cuda else None)
+        launches = backward_launches(T, B * H, meta, slots)
+        rows, chunks = launches[0].rows, max(p.chunks for p in launches)
         n_key_tiles = triton.cdiv(T, meta["BLOCK_N"])
         # one pass stores dK and dV once, in the inputs' dtype; several add theirs in float32, in pass order
         several = len(launches) > 1
@@ -316,10 +329,10 @@ class TRAAttentionFunction(torch.autograd.Function):
         for p in launches:
             if "survivors" in p.grids:
                 _bwd_chunk_survivors[p.grids["survivors"]](q, k, survivors, q.stride(), k.stride(), T, H, scale,
-                                                           p.row0, rows, chunk_tiles, **ctx.meta)
+                                                           p.row0, rows, p.chunk_tiles, **ctx.meta)
             _bwd_dq[p.grids["dq"]](
                 q, k, v, log_delta, z, dz, lse, delta, count, survivors, dq_parts, dld_parts, *strides, z.stride(),
-                dz.stride(), dq_parts[0].stride(), T, H, scale, p.row0, rows, n_key_tiles, chunk_tiles, **meta)
+                dz.stride(), dq_parts[0].stride(), T, H, scale, p.row0, rows, n_key_tiles, p.chunk_tiles, **meta)
             if several:
                 n = p.row_end - p.row0
                 dq[:, p.row0:p.row_end] = dq_parts[:p.chunks, :, :n].sum(0)
