@@ -270,3 +270,31 @@ def test_embedding_and_mlp_hidden_dropout_where_the_notebook_puts_them():
     _, cache = model.run_with_cache(tokens)
     assert torch.equal(cache["hook_embed"], cache["blocks.0.hook_resid_pre"])
 
+
+
+@pytest.mark.parametrize("rows", [5, 64])
+def test_training_with_a_bias_runs_the_rows_blocks_as_the_reference_in_float64(rows, monkeypatch):
+    """REL's and ALiBi's training path on the CPU (softmax.rows_attention with a bias shared by the
+    sequences: kernels.tooling.rows' blocks with softmax.BiasRule) against softmax_reference in
+    float64, forward and the gradients of q, k, v and the bias (summed over the sequences), T = 37
+    in blocks of 5 rows or one block, three heads; a bias that differs between sequences (a hook's
+    edit) goes to SDPA."""
+    import kernels.tooling.rows
+    from models.attention import softmax
+
+    monkeypatch.setattr(kernels.tooling.rows, "ROWS", rows)
+    gen = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(2, 37, 3, 16, generator=gen, dtype=torch.float64) for _ in range(3))
+    bias = torch.randn(3, 37, 37, generator=gen, dtype=torch.float64)
+    d_z = torch.randn(2, 37, 3, 16, generator=gen, dtype=torch.float64)
+    results = {}
+    for name, path in [("rows", softmax.rows_attention), ("reference", softmax.softmax_reference)]:
+        leaves = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+        z = path(*leaves[:3], leaves[3].expand(2, -1, -1, -1))
+        results[name] = (z, *torch.autograd.grad(z, leaves, d_z))
+    for what, ours, reference in zip(("z", "dq", "dk", "dv", "d_bias"), *results.values()):
+        torch.testing.assert_close(ours, reference, rtol=1e-10, atol=1e-12, msg=lambda m: f"{what}: {m}")
+    calls = []
+    monkeypatch.setattr(softmax, "softmax_rows", lambda *a: calls.append(1))
+    softmax.rows_attention(q.requires_grad_(), k, v, bias.expand(2, -1, -1, -1).clone())
+    assert not calls, "a bias that may differ between sequences ran the shared-bias blocks"

@@ -18,7 +18,7 @@ from transformer_lens.hook_points import HookPoint
 from kernels.tooling import native
 from kernels.tooling.common import (MASK_FILL, NO_HOOKS, Hooks, apply_pattern, causal_mask, no_dropout, scaled_products,
                             through, upcast)
-from kernels.tooling.rows import at_rows, past_keys
+from kernels.tooling.rows import at_rows, mask_future_, needs_grad, past_keys, softmax_rows
 from models.attention.base import Attention, register
 
 
@@ -65,12 +65,34 @@ def sdpa_attention(q, k, v, D=None, positions=None) -> torch.Tensor:
     return z.transpose(1, 2)
 
 
+class BiasRule:
+    """REL's and ALiBi's logits ``S + D`` for the CPU path's blocks of query rows
+    (:class:`kernels.tooling.rows.SoftmaxRowsFunction`), ``inputs = (D [head, pos, pos],)``, one
+    bias for every sequence; its gradient summed over the sequences."""
+
+    BATCHED = (False,)
+
+    @staticmethod
+    def logits(S, rows, D):
+        S.unflatten(0, (-1, D.shape[0])).add_(D[:, rows, :S.shape[-1]])
+        return mask_future_(S, rows, MASK_FILL), None, None
+
+    @staticmethod
+    def backward(dL, saved, rows, inputs, grads):
+        grads[0][:, rows, :dL.shape[-1]] += dL.unflatten(0, (-1, inputs[0].shape[0])).sum(0)
+        return dL
+
+
 def rows_attention(q, k, v, D=None, positions=None) -> torch.Tensor:
     """The CPU path: :func:`softmax_reference`'s ``z`` through the fused C kernel
     (:func:`kernels.tooling.native.softmax_attention`) where it can run (no bias, built, CPU, no
-    gradient wanted), else :func:`sdpa_attention`."""
+    gradient wanted); in training with a bias shared by the sequences (REL, ALiBi: D expanded over
+    the batch) through the blocks of rows (:class:`BiasRule`), where the fused attention computes
+    dense maps, and for REL the bias's gradient over every pair; else :func:`sdpa_attention`."""
     if D is None and native.usable(q, k, v):
         return native.softmax_attention(q, k, v, positions)
+    if D is not None and positions is None and D.stride(0) == 0 and needs_grad(q, k, v, D):
+        return softmax_rows(BiasRule, q, k, v, upcast(D[0]))
     return sdpa_attention(q, k, v, D, positions)
 
 
@@ -86,7 +108,8 @@ class SoftmaxAttention(Attention):
     Without hooks on the scores or pattern the product runs through
     ``scaled_dot_product_attention`` (softmax's fast path, whatever the device), or on the CPU
     without gradients and without a bias through the fused C kernel (:mod:`kernels.tooling.native`,
-    the ``rows`` path, which ``auto`` picks there); with them, or
+    the ``rows`` path, which ``auto`` picks there), and on the CPU in training with REL's or ALiBi's
+    bias through the blocks of rows (:class:`BiasRule`); with them, or
     with ``attention_impl="reference"``, S and A are computed explicitly so the hooks see (and
     may edit) what the model uses. So is it while attention dropout acts: SDPA's ``dropout_p``
     drops weights after the softmax, not the logits.
