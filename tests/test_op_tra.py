@@ -91,6 +91,28 @@ def test_backward_in_several_passes(device, monkeypatch, slots):
     check(implementation("tra", "triton", case), reference, draw_gated, near_threshold, case, device)
 
 
+def test_cutting_the_keys_changes_no_count(device, monkeypatch):
+    """The survivor pre-pass gives each chunk the counts one walk over all keys carries: the count
+    table, so dK and dV, and the output are bit for bit those of the backward that walks every pass
+    whole (no slot to fill); dQ and dlog_delta, summed over the chunks, only to rounding."""
+    import kernels.tra.triton as tra_triton
+
+    monkeypatch.setattr(tra_triton, "rows_per_pass", lambda meta: 32)
+    launches = tra_triton.backward_launches
+    case = Case(97, 16, blocks=(16, 16), gate=-4.0)
+    x = {key: t.requires_grad_() for key, t in forward_only_inputs(case, device).items()}
+    dz = torch.randn(x["qk0"].shape, generator=torch.Generator().manual_seed(1)).to(device)
+    results = []
+    for slots in (0, None):  # 0: no pass cut; None: every pass cut into chunks of 32 keys
+        monkeypatch.setattr(tra_triton, "backward_launches", lambda T, heads, meta, _: launches(T, heads, meta, slots))
+        results.append(run(implementation("tra", "triton", case), x, dz))
+    (whole, whole_grads), (cut, cut_grads) = results
+    assert max(p.chunks for p in launches(97, 1, {"BLOCK_M": 16, "BLOCK_N": 16, "D": 16}, None)) == 4
+    torch.testing.assert_close(cut, whole, rtol=0, atol=0)
+    for key, grad in whole_grads.items():  # dK, dV exact; dQ, dlog delta to float32 rounding
+        torch.testing.assert_close(cut_grads[key], grad, **({"rtol": 0, "atol": 0} if key in ("qk1", "v") else {}))
+
+
 def test_rows_with_empty_rows_and_gradcheck(small_blocks):
     """Rows with no surviving key give 0 and pass no gradient; float64 gradcheck on a shape
     that crosses blocks; the forward without gradients (logits up to a row constant) agrees."""

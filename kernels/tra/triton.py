@@ -37,9 +37,9 @@ all 32k keys): a pass whose query tiles fill at most half the GPU cuts its keys 
 survivors right of it before its walk starts: a first kernel counts each row's survivors per
 chunk (its scores only), and each dQ program starts from the sum of the counts of the chunks to
 its right: integers, so D-bar, the table and the logits are exactly those of one walk over all
-keys. The chunks' dQ and dlog_delta, in float32, are summed in chunk order (a sequence of
-one pass has one chunk, and its gradients are those of one walk bit for bit). Two backward
-passes give bitwise the same gradients.
+keys. The chunks' dQ and dlog_delta, in float32, are summed in chunk order; a pass walked whole
+stores them in place, bit for bit those of one walk. Two backward passes give bitwise the same
+gradients.
 """
 
 from __future__ import annotations
@@ -152,15 +152,15 @@ def _bwd_chunk_survivors(Q, K, SURV, sq, sk, T, H, scale, row0, rows, CHUNK_TILE
 
 @triton.jit
 def _bwd_dq(Q, K, V, LD, Z, DO, LSE, DELTA, COUNT, SURV, DQ, DLD, sq, sk, sv, sz, so, sg, T, H, scale, row0, rows,
-            n_key_tiles, CHUNK_TILES, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-            PREC: tl.constexpr, SKIP_ZERO_TILES: tl.constexpr):
+            n_key_tiles, CHUNK_TILES, out_row0, out_len, D: tl.constexpr, BLOCK_M: tl.constexpr,
+            BLOCK_N: tl.constexpr, PREC: tl.constexpr, SKIP_ZERO_TILES: tl.constexpr):
     """One query tile of the pass over rows ``row0 .. row0 + rows`` against key chunk
-    ``program_id(2)``: its part of dQ (float32, ``DQ [chunk, batch, row of the pass, head, d]``,
-    strides ``sg`` past the chunk) and of dlog_delta (``DLD [chunk, batch * head, row of the
-    pass]``), and the count table: for each key tile it visits, every row's survivors right of
-    that tile, starting from the survivors of the chunks to its right (``SURV``, of
-    :func:`_bwd_chunk_survivors`). The programs of the diagonal chunk store FlashAttention-2's
-    delta_i = dO_i . z_i (for :func:`_bwd_dkdv`)."""
+    ``program_id(2)``: its dQ (or with several chunks its part, in float32) into ``DQ [chunk,
+    batch, row - out_row0, head, d]`` (strides ``sg`` past the chunk), its dlog_delta (or part) into
+    ``DLD [chunk, batch * head, row - out_row0]`` (``out_len`` rows a head), and the count table:
+    for each key tile it visits, every row's survivors right of that tile, starting from the
+    survivors of the chunks to its right (``SURV``, of :func:`_bwd_chunk_survivors`). The programs
+    of the diagonal chunk store FlashAttention-2's delta_i = dO_i . z_i (for :func:`_bwd_dkdv`)."""
     b, h, bh, offs_m = program_tile(H, BLOCK_M)
     offs_m += row0
     chunk = tl.program_id(2)
@@ -195,10 +195,11 @@ def _bwd_dq(Q, K, V, LD, Z, DO, LSE, DELTA, COUNT, SURV, DQ, DLD, sq, sk, sv, sz
                                    delta)
             d_log_delta += tl.sum(dL * D_bar.to(tl.float32), axis=1)
             dq += tl.dot(dL.to(k.dtype), k, input_precision=PREC)
-    own = offs_m - row0
-    store_tile(head_base(DQ + chunk.to(tl.int64) * tl.num_programs(1) * rows * D, b, h, sg), own, T - row0, sg,
+    own = offs_m - out_row0
+    store_tile(head_base(DQ + chunk.to(tl.int64) * tl.num_programs(1) * out_len * D, b, h, sg), own, T - out_row0, sg,
                dq * scale, D)
-    store_row(rows_base(DLD + chunk.to(tl.int64) * tl.num_programs(1) * rows, bh, rows), own, T - row0, d_log_delta)
+    store_row(rows_base(DLD + chunk.to(tl.int64) * tl.num_programs(1) * out_len, bh, out_len), own, T - out_row0,
+              d_log_delta)
 
 
 @triton.jit
@@ -320,20 +321,22 @@ class TRAAttentionFunction(torch.autograd.Function):
         d_log_delta, delta = (torch.empty((B, H, T), dtype=torch.float32, device=q.device) for _ in range(2))
         count = torch.empty((B * H, n_key_tiles, rows), dtype=torch.int32, device=q.device)
         survivors = torch.empty(max(B * H * (chunks - 1) * rows, 1), dtype=torch.int32, device=q.device)  # not null
-        # several passes: each chunk's dQ and dlog_delta in float32, summed in chunk order after the pass;
-        # one pass (one chunk) stores them in place
-        dq_parts, dld_parts = ((torch.empty((chunks, B, rows, H, D), dtype=torch.float32, device=q.device),
-                                torch.empty((chunks, B, H, rows), dtype=torch.float32, device=q.device)) if several
-                               else (dq[None], d_log_delta[None]))
+        # a pass cut into chunks: each chunk's dQ and dlog_delta in float32, summed in chunk order after
+        # the pass; a pass walked whole stores them in place
+        dq_parts, dld_parts = (torch.empty((chunks, B, rows, H, D), dtype=torch.float32, device=q.device),
+                               torch.empty((chunks, B, H, rows), dtype=torch.float32, device=q.device)) \
+            if chunks > 1 else (None, None)
         strides, scale = (q.stride(), k.stride(), v.stride()), 1.0 / math.sqrt(D)
         for p in launches:
             if "survivors" in p.grids:
                 _bwd_chunk_survivors[p.grids["survivors"]](q, k, survivors, q.stride(), k.stride(), T, H, scale,
                                                            p.row0, rows, p.chunk_tiles, **ctx.meta)
+            dq_out, dld_out, sg, out_row0, out_len = ((dq_parts, dld_parts, dq_parts[0].stride(), p.row0, rows)
+                                                      if p.chunks > 1 else (dq, d_log_delta, dq.stride(), 0, T))
             _bwd_dq[p.grids["dq"]](
-                q, k, v, log_delta, z, dz, lse, delta, count, survivors, dq_parts, dld_parts, *strides, z.stride(),
-                dz.stride(), dq_parts[0].stride(), T, H, scale, p.row0, rows, n_key_tiles, p.chunk_tiles, **meta)
-            if several:
+                q, k, v, log_delta, z, dz, lse, delta, count, survivors, dq_out, dld_out, *strides, z.stride(),
+                dz.stride(), sg, T, H, scale, p.row0, rows, n_key_tiles, p.chunk_tiles, out_row0, out_len, **meta)
+            if p.chunks > 1:
                 n = p.row_end - p.row0
                 dq[:, p.row0:p.row_end] = dq_parts[:p.chunks, :, :n].sum(0)
                 d_log_delta[..., p.row0:p.row_end] = dld_parts[:p.chunks, ..., :n].sum(0)
