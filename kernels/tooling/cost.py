@@ -22,9 +22,8 @@ lower bound on its time. The shape is FlashAttention-2's benchmark: 16384 tokens
 The roofline priced TRA's float32 atomics at nothing and ranked its backward the cheapest; an
 H200 measured it the slowest (``runs/gpu/bench-kernels-h200.csv``). :func:`calibrate` fits the
 time of a forward or backward pass, in ms, as a non-negative sum of what the kernels do (launches,
-FLOPs, bytes streamed, atomic bytes, exp, scan and tile elements,
-idle slots: :data:`FEATURES`) to the rows measured
-on a GPU, and :func:`calibrated_table` predicts each kernel's fwd and bwd from it beside the
+FLOPs, bytes streamed, atomic bytes, exp, scan and tile elements: :data:`FEATURES`, each launch's
+scaled by its fill of the GPU) to the rows measured on a GPU, and :func:`calibrated_table` predicts each kernel's fwd and bwd from it beside the
 measured rows, with the relative error. Each measured file is described by the code it ran
 (:data:`MEASURED_FILES`, :func:`code`): the earlier one (:data:`AS_MEASURED`: TRA's backward with
 atomics) or the current one (TRA's backward without atomics, FoT's with FlashAttention-2's delta
@@ -100,8 +99,9 @@ class Pass:
     ``kernel`` starts with ``fwd`` belongs to the forward, any other to the backward. ``row_passes``:
     the launch runs once per pass of ``rows_per_pass`` query rows (TRA's backward,
     :func:`kernels.tra.triton.rows_per_pass`), a key-tile program walking the rows of its pass only;
-    ``chunks``: its query-tile programs walk one chunk of ``rows_per_pass`` keys each, "all" of the
-    chunks their rows see or "past_first" (TRA's backward since its key split); "" a whole walk."""
+    ``chunks``: its query-tile programs walk one key chunk each, as
+    :func:`kernels.tra.triton.backward_launches` cuts them, "all" of the chunks their rows see or
+    "past_first" (TRA's backward since its key split); "" a whole walk."""
     kernel: str
     key_major: bool
     own: Rows
@@ -170,7 +170,8 @@ TAU_IN_TORCH = {
 }
 LAUNCHES_TAU_IN_TORCH = {"tra": (1, 2), "trela": (11, 5), "tda": (12, 10)}
 
-# The code the H200 measured (runs/gpu/bench-kernels-h200.csv, before TRA's backward without atomics): PASSES, but TRA's
+# The code the H200 measured (runs/gpu/bench-kernels-h200.csv, before TRA's backward without atomics): PASSES with
+# TAU_IN_TORCH's trela and TDA (their launches are those of that code), but TRA's
 # kernels as they were: its suffix counts a scan (tl.cumsum), its backward one kernel per query
 # tile adding dK and dV with float32 atomics (q, dO, log delta, lse, delta | k, v | dQ, dlog
 # delta); and FoT's delta computed by PyTorch, read by its dQ kernel. And each op's launches,

@@ -32,12 +32,11 @@ earlier passes' in float32, in pass order. Memory stays linear in T.
 The query-tile side is split along the keys too, so that the GPU fills at long T (at T = 32k,
 one program per query tile of a pass was 128 programs on an H200's 132 SMs, each walking up to
 all 32k keys): a pass whose query tiles fill at most half the GPU cuts its keys into chunks of
-:func:`rows_per_pass` keys, one program per query tile and chunk
-(:func:`backward_launches` lists the grids). A chunk needs each row's
-survivors right of it before its walk starts: a first kernel counts each row's survivors per
-chunk (its scores only), and each dQ program starts from the sum of the counts of the chunks to
-its right: integers, so D-bar, the table and the logits are exactly those of one walk over all
-keys. The chunks' dQ and dlog_delta, in float32, are summed in chunk order; a pass walked whole
+:func:`rows_per_pass` keys, one program per query tile and chunk (:func:`backward_launches`
+lists the grids). A chunk needs each row's survivors right of it before its walk starts: a first
+kernel counts each row's survivors per chunk (its scores only), and each dQ program starts from
+the sum of the counts of the chunks to its right: integers, so D-bar, the table and the logits
+are exactly those of one walk over all keys. The chunks' dQ and dlog_delta, in float32, are summed in chunk order; a pass walked whole
 stores them in place, bit for bit those of one walk. Two backward passes give bitwise the same
 gradients.
 """
