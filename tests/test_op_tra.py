@@ -94,23 +94,29 @@ def test_backward_in_several_passes(device, monkeypatch, slots):
 def test_cutting_the_keys_changes_no_count(device, monkeypatch):
     """The survivor pre-pass gives each chunk the counts one walk over all keys carries: the count
     table, so dK and dV, and the output are bit for bit those of the backward that walks every pass
-    whole (no slot to fill); dQ and dlog_delta, summed over the chunks, only to rounding."""
+    whole (no slot to fill); dQ and dlog_delta, summed over the chunks, only to rounding. Cut in
+    chunks of 32 keys (the interpreter's), and as a GPU with twice as many slots as sequence-heads
+    cuts them: the last pass's 11 key tiles (T = 161, passes of 32 rows, tiles of 16) in 4 chunks
+    of 3, 3, 3 and 2, which do not line up with the passes."""
     import kernels.tra.triton as tra_triton
 
     monkeypatch.setattr(tra_triton, "rows_per_pass", lambda meta: 32)
     launches = tra_triton.backward_launches
-    case = Case(97, 16, blocks=(16, 16), gate=-4.0)
+    case = Case(161, 16, blocks=(16, 16), gate=-4.0)
     x = {key: t.requires_grad_() for key, t in forward_only_inputs(case, device).items()}
     dz = torch.randn(x["qk0"].shape, generator=torch.Generator().manual_seed(1)).to(device)
+    heads = x["qk0"].shape[0] * x["qk0"].shape[2]
+    meta = {"BLOCK_M": 16, "BLOCK_N": 16, "D": 16}
+    assert [(p.chunks, p.chunk_tiles) for p in launches(161, heads, meta, 2 * heads)][-1] == (4, 3)
     results = []
-    for slots in (0, None):  # 0: no pass cut; None: every pass cut into chunks of 32 keys
+    for slots in (0, None, 2 * heads):  # 0: no pass cut
         monkeypatch.setattr(tra_triton, "backward_launches", lambda T, heads, meta, _: launches(T, heads, meta, slots))
         results.append(run(implementation("tra", "triton", case), x, dz))
-    (whole, whole_grads), (cut, cut_grads) = results
-    assert max(p.chunks for p in launches(97, 1, {"BLOCK_M": 16, "BLOCK_N": 16, "D": 16}, None)) == 4
-    torch.testing.assert_close(cut, whole, rtol=0, atol=0)
-    for key, grad in whole_grads.items():  # dK, dV exact; dQ, dlog delta to float32 rounding
-        torch.testing.assert_close(cut_grads[key], grad, **({"rtol": 0, "atol": 0} if key in ("qk1", "v") else {}))
+    (whole, whole_grads), *cuts = results
+    for z, grads in cuts:
+        torch.testing.assert_close(z, whole, rtol=0, atol=0)
+        for key, grad in whole_grads.items():  # dK, dV exact; dQ, dlog delta to float32 rounding
+            torch.testing.assert_close(grads[key], grad, **({"rtol": 0, "atol": 0} if key in ("qk1", "v") else {}))
 
 
 def test_rows_with_empty_rows_and_gradcheck(small_blocks):
@@ -139,7 +145,8 @@ def test_backward_fills_the_gpu_at_long_t():
     programs, from the second pass on more than an H200's 132 SMs, where one program per query
     tile was 128 in every pass, the last ones walking all 1024 key tiles. The survivor counts of
     the chunks right of the first take one launch per pass; dK/dV keep one program per key tile.
-    On a GPU only a pass whose query tiles fill at most half its slots is cut."""
+    On a GPU only a pass whose query tiles fill at most half its slots is cut, into enough chunks
+    for two waves."""
     from kernels.tra.triton import backward_launches
 
     passes = backward_launches(32768, 4, {"BLOCK_M": 64, "BLOCK_N": 32, "D": 64})
@@ -148,8 +155,11 @@ def test_backward_fills_the_gpu_at_long_t():
         assert p.grids["dq"] == (32, 4, i + 1) and p.grids["dkdv"] == (64 * (i + 1), 4)
         assert p.grids.get("survivors") == ((32, 4, i) if i else None)
     assert [math.prod(p.grids["dq"]) for p in passes][1:] == [128 * (i + 1) for i in range(1, 16)]
-    # on an H200 (132 SMs, 2 programs each): cut where the query tiles fill at most half the 264 slots
-    assert backward_launches(32768, 4, {"BLOCK_M": 64, "BLOCK_N": 32, "D": 64}, slots=264) == passes
+    # on an H200 (132 SMs, 2 programs each): cut where the query tiles fill at most half the 264 slots,
+    # into enough chunks for two waves: 6 (of at most 171 key tiles) from the sixth pass on
+    fitted = backward_launches(32768, 4, {"BLOCK_M": 64, "BLOCK_N": 32, "D": 64}, slots=264)
+    assert [p.chunks for p in fitted] == [1, 2, 3, 4, 5] + [6] * 11 and fitted[-1].chunk_tiles == 171
+    assert all(math.prod(p.grids["dq"]) >= 264 for p in fitted[2:]), "the second pass has 2 chunks at most"
     for T, heads in ((16384, 8), (8192, 16)):
         full = backward_launches(T, heads, {"BLOCK_M": 64, "BLOCK_N": 32, "D": 64}, slots=264)
         assert {p.chunks for p in full} == {1} and not any("survivors" in p.grids for p in full)

@@ -31,9 +31,9 @@ earlier passes' in float32, in pass order. Memory stays linear in T.
 
 The query-tile side is split along the keys too, so that the GPU fills at long T (at T = 32k,
 one program per query tile of a pass was 128 programs on an H200's 132 SMs, each walking up to
-all 32k keys): a pass whose query tiles fill at most half the GPU cuts its keys into chunks of
-:func:`rows_per_pass` keys, one program per query tile and chunk (:func:`backward_launches`
-lists the grids). A chunk needs each row's survivors right of it before its walk starts: a first
+all 32k keys): a pass whose query tiles fill at most half the GPU cuts its keys into chunks,
+enough for two waves of programs and at most one per :func:`rows_per_pass` keys, one program per
+query tile and chunk (:func:`backward_launches` lists the grids). A chunk needs each row's survivors right of it before its walk starts: a first
 kernel counts each row's survivors per chunk (its scores only), and each dQ program starts from
 the sum of the counts of the chunks to its right: integers, so D-bar, the table and the logits
 are exactly those of one walk over all keys. The chunks' dQ and dlog_delta, in float32, are summed in chunk order; a pass walked whole
@@ -272,18 +272,23 @@ def backward_launches(T: int, heads: int, meta: dict, slots: int | None = None) 
     parameters ``meta`` (``BLOCK_M``, ``BLOCK_N``, ``D``), in launch order: what the backward
     runs, and what a test counts programs on without a GPU. A pass whose query tiles, times
     ``heads``, fill at most half of ``slots`` (the programs the GPU runs at once) cuts its keys
-    into chunks of ``rows`` keys (so that the survivor counts stay within the size of dK): then at
+    into chunks, enough for two waves of programs (the second absorbs the first's uneven ends) and
+    at most one per ``rows`` keys (so that the survivor counts stay within the size of dK): else at
     least half the GPU would idle through the pass, more than the survivor counts' extra scores
     cost (one product a tile, against dQ's four). A pass that fills more walks its keys whole.
-    ``slots`` None (a CPU tensor, under the interpreter): every pass is cut."""
+    ``slots`` None (a CPU tensor, under the interpreter): every pass is cut, one chunk per ``rows``
+    keys."""
     block_m, block_n = meta["BLOCK_M"], meta["BLOCK_N"]
     rows = min(rows_per_pass(meta), max(T, 1))  # a single pass needs a table of T rows only
     passes = []
     for row0 in range(0, T, rows):
         row_end = min(row0 + rows, T)
         query_tiles, key_tiles = triton.cdiv(row_end - row0, block_m), triton.cdiv(row_end, block_n)
-        cut = slots is None or 2 * query_tiles * heads <= slots
-        chunk_tiles = triton.cdiv(rows, block_n) if cut else key_tiles
+        chunks = triton.cdiv(key_tiles, triton.cdiv(rows, block_n))  # at most one per rows keys
+        if slots is not None:
+            programs = query_tiles * heads
+            chunks = min(chunks, 2 * triton.cdiv(slots, programs)) if 2 * programs <= slots else 1
+        chunk_tiles = triton.cdiv(key_tiles, chunks)
         chunks = triton.cdiv(key_tiles, chunk_tiles)
         grids = {"survivors": (query_tiles, heads, chunks - 1)} if chunks > 1 else {}
         grids.update(dq=(query_tiles, heads, chunks), dkdv=(key_tiles, heads))
