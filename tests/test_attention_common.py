@@ -7,6 +7,7 @@ from transformer_lens import ActivationCache
 from transformer_lens.utilities import get_act_name
 
 from models import MODEL_NAMES, ModelConfig, build_model
+from models.attention.base import reference_attention
 
 ATTENTION_MODELS = [m for m in MODEL_NAMES if m != "lstm"]
 COMMON_ATTN_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z")
@@ -38,7 +39,11 @@ def test_hook_names_and_shapes(name, tokens, tiny_model):
     assert get_act_name("pattern", 0) == "blocks.0.attn.hook_pattern"
     for value in cache.cache_dict.values():
         assert value.shape[0] == B, "every hooked tensor has a batch dimension"
-    assert torch.allclose(logits, model(x), atol=1e-5), "caching must not change the output"
+    with reference_attention(model):   # what a cached run computes: the reference, maps and all
+        assert torch.allclose(logits, model(x), atol=1e-5), "caching must not change the output"
+    # The fast path is other float32 arithmetic (C kernels, row blocks); in trela and TDA a row whose
+    # survivors sit just above tau normalises by a small sum of (s - tau)^p, which magnifies rounding.
+    assert torch.allclose(logits, model(x), atol=1e-4), "the fast path must give the reference's output"
 
 
 @pytest.mark.parametrize("name", ATTENTION_MODELS)
