@@ -71,6 +71,17 @@ def test_the_docs_block_reads_the_csvs(tmp_path):
     assert "took 100 s without and 150 s with a competing busy process: 1.50x" in bench_load.load_markdown(tmp_path)
 
 
+def test_the_training_block_reads_its_csv_and_names_the_largest_ratio(tmp_path):
+    assert "has not been run" in bench_load.train_markdown(tmp_path)
+    bench_load.write_rows(str(tmp_path / bench_load.BENCH_DIR), bench_load.TRAIN_CSV, [
+        {"model": "rope", "step_s": 0.2, "ratio_to_rope": 1.0, "threads": 1},
+        {"model": "tda", "step_s": 0.25, "ratio_to_rope": 1.25, "threads": 1},
+        {"model": "lstm", "step_s": 0.4, "ratio_to_rope": 2.0, "threads": 1}])
+    text = bench_load.train_markdown(tmp_path)
+    assert "| rope | tda | lstm |" in text and "| 1.00 | 1.25 | 2.00 |" in text
+    assert "1 thread: the largest ratio of an attention mechanism is 1.25 (tda)" in text   # the LSTM has none
+
+
 def test_the_eval_roofline_runs_at_the_evaluations_threads():
     threads = torch.get_num_threads()
     assert parallel_matmul_rate(2, n=64, repeats=1) > 0

@@ -583,7 +583,12 @@ def run(what: str, args) -> int:
     elif what == "data":
         _print_rows(bench_data(args.repeats), "canonical splits: vectorised vs per-sequence Python generator")
     elif what in ("models", "train"):
-        _print_rows(bench_models(args.repeats),
+        rows = [{**row, "threads": torch.get_num_threads()} for row in bench_models(args.repeats)]
+        if args.out:
+            from interp.bench.load import TRAIN_CSV, write_rows
+
+            write_rows(args.out, TRAIN_CSV, rows)
+        _print_rows(rows,
                     f"training step, mini preset, T=512, batch 8, CPU, {torch.get_num_threads()} threads "
                     "(attention_impl auto: kernels.tooling.rows)")
     elif what == "kernels" and args.cost_model:

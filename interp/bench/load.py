@@ -19,6 +19,7 @@ from pathlib import Path
 
 THREADS_CSV = "threads.csv"
 STARTUP_CSV = "startup.csv"
+TRAIN_CSV = "train.csv"
 DEMO_CSV = "demo.csv"
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -188,6 +189,26 @@ def load_markdown(root: Path = ROOT) -> str:
         lines += ["", "`make demo` with and without a competing busy process (`glitchlens bench demo --out "
                       "runs/bench`) has not been measured on the committed code."]
     return "\n".join(lines) + "\n"
+
+
+def train_markdown(root: Path = ROOT) -> str:
+    """The block of docs/results/benchmarks.md for ``glitchlens bench train --out runs/bench``: each
+    model's training step and its ratio to RoPE's, and the largest ratio of an attention mechanism
+    against the goal of 1.3 (the LSTM has no attention)."""
+    import pandas as pd
+
+    path = root / BENCH_DIR / TRAIN_CSV
+    if not path.exists():
+        return "`glitchlens bench train --out runs/bench` has not been run on the committed code.\n"
+    frame = pd.read_csv(path)
+    lines = ["| " + " | ".join(frame.model) + " |", "|" + "---|" * len(frame),
+             "| " + " | ".join(f"{s:.3f}" for s in frame.step_s) + " |",
+             "| " + " | ".join(f"{r:.2f}" for r in frame.ratio_to_rope) + " |"]
+    attention = frame[frame.model != "lstm"].set_index("model").ratio_to_rope
+    threads = int(frame.threads.iloc[0])
+    return ("\n".join(lines) + f"\n\nSeconds per step (first row) and ratio to RoPE's (second), {threads} "
+            f"thread{'s' if threads > 1 else ''}: the largest ratio of an attention mechanism is "
+            f"{attention.max():.2f} ({attention.idxmax()}); the goal is 1.3 or less for every one.\n")
 
 
 def run(what: str, args) -> list[tuple[str, list[dict]]]:

@@ -455,7 +455,7 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
                    help="bench kernels: append the rows here, and skip the (kernel, T) pairs it already holds; "
                         "with --compile-only a folder for compile.csv and the binaries; bench attribution: a folder "
                         "for attribution.csv; bench threads: for threads.csv and startup.csv; bench demo: for "
-                        "demo.csv")
+                        "demo.csv; bench train: for train.csv")
     p.add_argument("--compile-only", action="store_true",
                    help="bench kernels: compile every kernel for --targets at every dtype, head dim and tile "
                         "configuration the dispatcher may choose (no GPU needed), and tabulate registers, spills "
