@@ -94,10 +94,10 @@ def test_backward_in_several_passes(device, monkeypatch, slots):
 def test_cutting_the_keys_changes_no_count(device, monkeypatch):
     """The survivor pre-pass gives each chunk the counts one walk over all keys carries: the count
     table, so dK and dV, and the output are bit for bit those of the backward that walks every pass
-    whole (no slot to fill); dQ and dlog_delta, summed over the chunks, only to rounding. Cut in
-    chunks of 32 keys (the interpreter's), and as a GPU with twice as many slots as sequence-heads
-    cuts them: the last pass's 11 key tiles (T = 161, passes of 32 rows, tiles of 16) in 4 chunks
-    of 3, 3, 3 and 2, which do not line up with the passes."""
+    whole (no slot to fill); dQ and dlog_delta, summed over the chunks, only to rounding. Cut as a
+    GPU with twice as many slots as sequence-heads cuts them: the last pass's 11 key tiles (T = 161,
+    passes of 32 rows, tiles of 16) in 4 chunks of 3, 3, 3 and 2, which do not line up with the
+    passes (cut everywhere, the interpreter's way: :func:`test_backward_in_several_passes`)."""
     import kernels.tra.triton as tra_triton
 
     monkeypatch.setattr(tra_triton, "rows_per_pass", lambda meta: 32)
@@ -109,14 +109,13 @@ def test_cutting_the_keys_changes_no_count(device, monkeypatch):
     meta = {"BLOCK_M": 16, "BLOCK_N": 16, "D": 16}
     assert [(p.chunks, p.chunk_tiles) for p in launches(161, heads, meta, 2 * heads)][-1] == (4, 3)
     results = []
-    for slots in (0, None, 2 * heads):  # 0: no pass cut
+    for slots in (0, 2 * heads):  # 0: no pass cut
         monkeypatch.setattr(tra_triton, "backward_launches", lambda T, heads, meta, _: launches(T, heads, meta, slots))
         results.append(run(implementation("tra", "triton", case), x, dz))
-    (whole, whole_grads), *cuts = results
-    for z, grads in cuts:
-        torch.testing.assert_close(z, whole, rtol=0, atol=0)
-        for key, grad in whole_grads.items():  # dK, dV exact; dQ, dlog delta to float32 rounding
-            torch.testing.assert_close(grads[key], grad, **({"rtol": 0, "atol": 0} if key in ("qk1", "v") else {}))
+    (whole, whole_grads), (cut, cut_grads) = results
+    torch.testing.assert_close(cut, whole, rtol=0, atol=0)
+    for key, grad in whole_grads.items():  # dK, dV exact; dQ, dlog delta to float32 rounding
+        torch.testing.assert_close(cut_grads[key], grad, **({"rtol": 0, "atol": 0} if key in ("qk1", "v") else {}))
 
 
 def test_rows_with_empty_rows_and_gradcheck(small_blocks):
