@@ -127,6 +127,36 @@ def test_cope_task_claims_rank_the_seeds(monkeypatch, cope, rival, finished, exp
     assert ("not in" in evidence.n) == (finished < 5)
 
 
+def noise_rows(specimen: str, means: tuple[float, float], half: float = 0.01) -> list[dict]:
+    return [{"specimen": specimen, "layer": layer, "n_sequences": 100, "reads": 2658, "noise_peak": mean,
+             "low": mean - half, "high": mean + half, "largest": 2 * mean} for layer, mean in enumerate(means)]
+
+
+@pytest.mark.parametrize(("differential", "expected"), [
+    ((0.02, 0.03), "reproduced"),           # below in both layers, at most half: suppressed
+    ((0.40, 0.20), "qualitatively"),        # below in both layers (disjoint intervals), more than half
+    ((0.02, 0.27), "not reproduced"),       # below in one layer, the other's intervals overlap
+    ((0.60, 0.40), "contradicted"),         # above in both layers
+])
+def test_the_single_view_row_compares_the_noise_per_layer(monkeypatch, differential, expected):
+    import models.pretrained
+
+    frame = pd.DataFrame(noise_rows("trela-beta1", (0.5, 0.27)) + noise_rows("tda-beta1", differential))
+    monkeypatch.setattr(sources, "csv", lambda path: frame)
+    monkeypatch.setattr(models.pretrained, "built", lambda: ["tda-beta1", "trela-beta1"])
+    row = next(c for c in claims.CLAIMS if c.key == "tda-single-view")
+    found = row.measure()
+    assert verdict(found) == expected, found
+    assert "one seed" in found.n and "over sequences" in found.interval
+    monkeypatch.setattr(models.pretrained, "built", lambda: ["tda-beta1"])     # until the specimen is built
+    assert row.measure().reason.startswith("budget: the `trela-beta1` specimen")
+    monkeypatch.setattr(models.pretrained, "built", lambda: ["tda-beta1", "trela-beta1"])
+    monkeypatch.setattr(sources, "csv", lambda path: frame.assign(specimen=frame.specimen.replace("trela-beta1",
+                                                                                                   "trela-mech")))
+    with pytest.raises(ValueError, match="no rows of `trela-beta1`"):
+        row.measure()
+
+
 def test_every_claim_quotes_its_paper_at_the_line_it_names():
     papers = next((d for d in (sources.ROOT / "shared" / "papers", sources.ROOT.parent / "shared" / "papers")
                    if d.is_dir()), None)

@@ -13,8 +13,8 @@ from interp.figures.flipflop import dependency_histogram
 from interp.metrics import (
     automaton_write_positions, bit_carrier_summary, cross_view_correlation, dispersion, effective_entropy,
     entropy_summary, heatmap_window, key_regions, last_row_dispersion, last_write_summary, max_abs_weight,
-    peak_cooccurrence, raw_logits, region_masses, retrieval_head, sharp_share, sink_eps, sink_ratio, sparsity,
-    summarise, survivor_counts, survivor_growth, tail_probabilities, wilson_interval,
+    off_target_peak, peak_cooccurrence, raw_logits, region_masses, retrieval_head, sharp_share, sink_eps, sink_ratio,
+    sparsity, summarise, survivor_counts, survivor_growth, tail_probabilities, wilson_interval,
 )
 from interp.metrics.threshold import spurious_survivors
 from interp.tasks import IGNORE, ONE, READ, WRITE, ZERO, parse_sequence
@@ -151,6 +151,23 @@ def test_spurious_survivors_count_carrier_keys_apart():
     assert (row.S, row.S_carrier, row.noise, row.carrier_keys) == (1, 1, 1, 1)
     by_tokens = spurious_survivors({0: view_1}, tokens).iloc[0]        # without the route: both are noise
     assert (by_tokens.S, by_tokens.S_carrier) == (2, 0)
+
+
+def test_off_target_peak_by_hand():
+    # TDA Sec. 4.2's "high-magnitude noise": per read, the largest |weight| of any head off the last write's
+    # two tokens. Sequence 0, w0 i0 i1 r0: one read at 6, its write at 0. Sequence 1, w1 r1 w0 r0: reads at 2
+    # (write 0) and 6 (write 4), where the older write's bit at 1 is noise.
+    tokens = np.array([[WRITE, ZERO, IGNORE, ZERO, IGNORE, ONE, READ, ZERO],
+                       [WRITE, ONE, READ, ONE, WRITE, ZERO, READ, ZERO]])
+    a = torch.zeros(2, 2, 8, 8)
+    a[0, 0, 6, [1, 4]] = torch.tensor([0.9, 0.3])          # the write's bit (the target), an ignore
+    a[0, 1, 6, [0, 5, 7]] = torch.tensor([0.7, -0.5, 5.0])  # the write (target), a signed weight, a future key
+    a[1, 0, 2, [0, 1, 2]] = torch.tensor([0.4, 0.5, 0.1])   # the write's two tokens, the read itself
+    a[1, 0, 6, [1, 5]] = torch.tensor([0.8, 0.9])           # the older write's bit, the last write's bit
+    a[1, 1, 6, 6] = 0.2
+    assert off_target_peak(a, tokens).tolist() == pytest.approx([0.5, 0.1, 0.8])
+    with pytest.raises(ValueError, match="no write before"):
+        off_target_peak(a[:1], np.array([[READ, ZERO, WRITE, ZERO, IGNORE, ONE, READ, ZERO]]))
 
 
 def test_survivor_growth_by_hand():

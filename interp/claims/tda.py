@@ -8,11 +8,13 @@ from collections.abc import Callable
 import numpy as np
 
 from interp.claims import sources
-from interp.claims.verdicts import (MOSTLY_WRONG, Claim, Evidence, not_run, overlaps, percent_interval,
+from interp.claims.verdicts import (MOSTLY_WRONG, Claim, Evidence, not_run, once_built, overlaps, percent_interval,
                                     ratio_interval)
 
 BETA1 = "`tda-beta1`: `tiny` 2 x 4 x 64, 4500 steps at T = 512, beta ramped to 1"
 THEOREMS = "runs/tda-threshold-4500/theorems-tda-ramp4500-seed0.csv"
+SINGLE_VIEW = "trela-beta1"   # the single thresholded view (TDA's "TRA", our trela) at the paper's beta = 1
+SINGLE_VIEW_NOISE = "runs/claims/single_view_noise.csv"
 
 
 def sparsity_evidence() -> Evidence:
@@ -289,6 +291,42 @@ def trela_premise(specimen: str) -> str:
             "the specimen at beta = 1")
 
 
+def single_view_evidence() -> Evidence:
+    """Sec. 4.2 (l. 162): "a single view thresholded map can still admit occasional high-magnitude
+    noise", which subtracting an inhibitory view (Delta a = a^(1) - lambda a^(2)) suppresses. Per
+    layer, the mean over `iid` sequences of each read's largest |weight| off its last write over the
+    layer's heads (:func:`interp.metrics.off_target_peak` on ``hook_pattern``, cached by
+    :func:`interp.claims.measure.single_view_noise`), `trela-beta1`'s single view beside
+    `tda-beta1`'s differential map. Each is one model (one seed): the claim is tested on these two
+    models, the 95% t intervals are over sequences. Holds when in every layer the differential
+    map's noise is below the single view's (disjoint intervals); at strength when also at most half
+    of it (the means: "suppress"); the opposite when above in every layer (disjoint intervals)."""
+    data = sources.csv(SINGLE_VIEW_NOISE)
+    if not (data.specimen == SINGLE_VIEW).any():
+        raise ValueError(f"{SINGLE_VIEW_NOISE} has no rows of `{SINGLE_VIEW}`: recompute it "
+                         "(`glitchlens claims --measure single_view_noise`)")
+    single = data[data.specimen == SINGLE_VIEW].set_index("layer")
+    differential = data[data.specimen == "tda-beta1"].set_index("layer").reindex(single.index)
+    below, above = differential.high < single.low, differential.low > single.high
+
+    def per_layer(column: str, digits: int = 3) -> str:
+        return ", ".join(f"L{layer} {single[column][layer]:.{digits}f} / {differential[column][layer]:.{digits}f}"
+                         for layer in single.index)
+
+    return Evidence(f"mean largest |weight| off the last write per read, `{SINGLE_VIEW}` / `tda-beta1` differential: "
+                    f"{per_layer('noise_peak')} (largest over reads {per_layer('largest', 2)})",
+                    f"{int(single.n_sequences.min())} iid sequences ({int(single.reads.min()):,} reads) per layer; "
+                    "one model each (one seed): the claim is about these two models",
+                    "; ".join(f"L{layer} {single.low[layer]:.3f}-{single.high[layer]:.3f} / "
+                              f"{differential.low[layer]:.3f}-{differential.high[layer]:.3f}" for layer in single.index)
+                    + " (over sequences)",
+                    holds=bool(below.all()),
+                    at_strength=bool(below.all() and (differential.noise_peak <= single.noise_peak / 2).all()),
+                    opposite=bool(above.all()),
+                    reason="metric: the differential map's noise is not below the single view's in every layer "
+                           "(intervals overlap, or the layers disagree)", source=SINGLE_VIEW_NOISE)
+
+
 def kernel_evidence() -> Evidence:
     """Table 5: the threshold-rectified kernel (the TDA paper's "TRA", our ``trela``) is slower than
     FlashAttention-2 at short lengths and faster from 8k tokens (1.13-1.29x). From the latest
@@ -353,9 +391,10 @@ TDA_CLAIMS = [
           quote=(190, "early and late layers are highly sparse, whereas middle layers are substantially more active")),
     Claim("tda-single-view", "TDA", "Sec. 4.2", "a single thresholded view still admits high-magnitude noise that the "
           "differential view suppresses", "(text)", "`trela-beta1` beside `tda-beta1`",
-          not_run("the largest |weight| of `trela-beta1`'s map beside `tda-beta1`'s differential map",
-                  "the `trela-beta1` specimen (`glitchlens pretrained build trela-beta1`) and its measurement beside "
-                  "figure 02b's", "about 3.5 hours of a core"),
+          once_built(SINGLE_VIEW, single_view_evidence, not_run(
+              "the largest |weight| of `trela-beta1`'s map beside `tda-beta1`'s differential map",
+              "the `trela-beta1` specimen (`glitchlens pretrained build trela-beta1`) and its measurement beside "
+              "figure 02b's", "about 3.5 hours of a core")),
           quote=(162, "a single view thresholded map can still admit occasional high-magnitude noise")),
     Claim("tda-table6a", "TDA", "Table 6a", "the power p = 2 beats p = 1, 3 and 5", "(table: loss and accuracy)",
           "-", not_run("TDA at p = 1, 2, 3, 5", "4 powers x 5 seeds of `tda-beta1`'s set-up (20 runs of 4500 steps), "

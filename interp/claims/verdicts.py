@@ -94,6 +94,17 @@ def not_run(what: str, runs: str, cost: str) -> Callable[[], Evidence]:
     return measure
 
 
+def once_built(specimen: str, measure: Callable[[], Evidence], otherwise: Callable[[], Evidence]
+               ) -> Callable[[], Evidence]:
+    """The measurement of a claim about a specimen not yet built: ``measure`` once ``specimen`` is
+    in ``models/pretrained`` (:func:`models.pretrained.built`), ``otherwise`` (its ``not_run``) until then."""
+    def measured() -> Evidence:
+        from models.pretrained import built
+
+        return measure() if specimen in built() else otherwise()
+    return measured
+
+
 def wilson(count: float, n: float) -> tuple[float, float]:
     """The 95% Wilson interval of ``count / n`` (:func:`interp.metrics.anatomy.wilson_interval`)."""
     from interp.metrics.anatomy import wilson_interval

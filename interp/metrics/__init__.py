@@ -30,5 +30,6 @@ from interp.metrics.capture import DEFAULT_LENGTHS, MissingHookError, capture_ma
 from interp.metrics.probes import (
     MIN_CARRIER_SHARE, Tokens, automaton_write_attention, automaton_write_positions, bit_carrier_attention,
     bit_carrier_summary, bit_carriers, bit_carriers_in_tokens, error_rate_by_dependency, glitch_table,
-    last_write_attention, last_write_summary, mean_by_key_token, sharp_share, propagate_bit_carriers, read_table,
+    last_write_attention, last_write_summary, mean_by_key_token, off_target_peak, sharp_share, propagate_bit_carriers,
+    read_table,
 )

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import torch
-from jaxtyping import Bool, Int, Integer
+from jaxtyping import Bool, Float, Int, Integer
 from torch import Tensor
 
 from interp.metrics.attention import Map, Maps, by_layer, causal, checked_map, metric_frame
@@ -198,6 +198,42 @@ def last_write_summary(table: pd.DataFrame) -> pd.DataFrame:
     A helper, no paper quantity of its own: per-head means of :func:`last_write_attention`.
     """
     return _per_head_means(table, {"weight": "last_write_weight", "is_argmax": "last_write_argmax_rate"})
+
+
+def off_target_peak(a: Map, tokens: Tokens) -> Float[Tensor, "read"]:
+    """The "high-magnitude noise" of one layer's map at each read: the largest |weight| any of its
+    heads puts on a key other than the read's target, the last write::
+
+        noise_r = max_h max_{j <= i_r, j not in {w_r, w_r + 1}} |A^h_{b_r i_r j}|
+
+    with ``i_r`` the read's position in sequence ``b_r`` and ``w_r`` its last write
+    (:func:`interp.tasks.last_write_positions`). Reads in the order of
+    ``np.nonzero(read_mask(tokens))`` (by sequence, then position). Choices: the target is the
+    write's two tokens, instruction and bit, as :func:`last_write_attention` counts the write (a
+    head that reads the write may weigh either); every other causal key is noise, the read's own
+    position and any token an earlier layer copied the bit to included, so a deeper model that
+    routes the bit elsewhere (:func:`bit_carriers`) scores that route as noise. The maximum over
+    heads makes it a per-layer statistic, as the paper's Fig. 1b peak is.
+
+    Source: TDA paper (``003_ffe354fecd74e1d6.txt``) Sec. 4.2, l. 162: "a single view thresholded
+    map can still admit occasional high-magnitude noise", which the differential map (eq. of
+    Sec. 4.2, Delta a = a^(1) - lambda a^(2)) is to suppress; on ``hook_pattern`` ``[batch, head,
+    query_pos, key_pos]`` (trela's (s - tau)_+^p, TDA's signed Delta a), at the reads' rows.
+    """
+    tokens, a = _ids(tokens, "tokens"), checked_map("a", a, 4)
+    if a.shape[0] != tokens.shape[0] or a.shape[-1] != tokens.shape[1]:
+        raise ValueError(f"a {tuple(a.shape)} must be [batch, head, T, T] for tokens {tokens.shape}")
+    seq, position = np.nonzero(read_mask(tokens))
+    write_pos = last_write_positions(tokens)[seq, position]
+    if (write_pos < 0).any():
+        first = int(np.argmax(write_pos < 0))
+        raise ValueError(f"tokens: the read at sequence {seq[first]}, position {position[first]} has no write before "
+                         "it, so no target key; pass flip-flop sequences, which start with w")
+    s, q, w = (torch.as_tensor(x, device=a.device) for x in (seq, position, write_pos))
+    key_pos = torch.arange(a.shape[-1], device=a.device)
+    noise = (key_pos <= q[:, None]) & (key_pos != w[:, None]) & (key_pos != w[:, None] + 1)    # [read, key_pos]
+    rows = a[s, :, q, :].float().abs()                                                       # [read, head, key_pos]
+    return rows.masked_fill(~noise[:, None, :], 0.0).amax((1, 2))
 
 
 def _per_head_means(table: pd.DataFrame, metrics: dict[str, str]) -> pd.DataFrame:
