@@ -154,9 +154,11 @@ def test_spurious_survivors_count_carrier_keys_apart():
 
 
 def test_off_target_peak_by_hand():
-    # TDA Sec. 4.2's "high-magnitude noise": per read, the largest |weight| of any head off the last write's
-    # two tokens. Sequence 0, w0 i0 i1 r0: one read at 6, its write at 0. Sequence 1, w1 r1 w0 r0: reads at 2
-    # (write 0) and 6 (write 4), where the older write's bit at 1 is noise.
+    # TDA Sec. 4.2's "high-magnitude noise": per read, the largest share of a head's |weight| (its causal
+    # keys) on one key off the last write's two tokens. Sequence 0, w0 i0 i1 r0: one read at 6, its write at 0.
+    # Sequence 1, w1 r1 w0 r0: reads at 2 (write 0) and 6 (write 4), where the older write's bit at 1 is noise.
+    # Read 1: head 0 0.3 / 1.2, head 1 0.5 / 1.2 (the future 5.0 is no key); read 2: head 0 0.1 / 1.0, head 1
+    # has no weight (0); read 3: head 0 0.8 / 1.7, head 1 all of its weight on the read itself, 1.
     tokens = np.array([[WRITE, ZERO, IGNORE, ZERO, IGNORE, ONE, READ, ZERO],
                        [WRITE, ONE, READ, ONE, WRITE, ZERO, READ, ZERO]])
     a = torch.zeros(2, 2, 8, 8)
@@ -165,7 +167,7 @@ def test_off_target_peak_by_hand():
     a[1, 0, 2, [0, 1, 2]] = torch.tensor([0.4, 0.5, 0.1])   # the write's two tokens, the read itself
     a[1, 0, 6, [1, 5]] = torch.tensor([0.8, 0.9])           # the older write's bit, the last write's bit
     a[1, 1, 6, 6] = 0.2
-    assert off_target_peak(a, tokens).tolist() == pytest.approx([0.5, 0.1, 0.8])
+    assert off_target_peak(a, tokens).tolist() == pytest.approx([0.5 / 1.2, 0.1, 1.0])
     with pytest.raises(ValueError, match="no write before"):
         off_target_peak(a[:1], np.array([[READ, ZERO, WRITE, ZERO, IGNORE, ONE, READ, ZERO]]))
 

@@ -136,10 +136,11 @@ def tda_inhibition(n: int = 100, batch: int = 10) -> pd.DataFrame:
 def single_view_noise(specimen: str = SINGLE_VIEW, n: int = 100, batch: int = 20) -> pd.DataFrame:
     """TDA paper Sec. 4.2 (l. 162): "a single view thresholded map can still admit occasional
     high-magnitude noise", which the differential map Delta a = a^(1) - lambda a^(2) suppresses. On
-    the first ``n`` ``iid`` sequences, per read, the largest |weight| off the last write's tokens over
-    a layer's heads (:func:`interp.metrics.off_target_peak`, on ``hook_pattern`` ``[batch, head,
-    query_pos, key_pos]``), for ``specimen``'s single view (trela's (s - tau)_+^p) and `tda-beta1`'s
-    differential map: both the weights applied to V before the output RMSNorm, in the same units.
+    the first ``n`` ``iid`` sequences, per read, the largest share of a head's |weight| that one key
+    off the last write's tokens takes, over a layer's heads (:func:`interp.metrics.off_target_peak`,
+    on ``hook_pattern`` ``[batch, head, query_pos, key_pos]``), for ``specimen``'s single view
+    (trela's (s - tau)_+^p) and `tda-beta1`'s differential map: shares, since both rows are applied
+    to V before an output normalisation, which removes their scale.
     Per layer: ``noise_peak``, the mean over sequences of each sequence's mean over its reads, with
     its 95% t interval over the sequences (``low``, ``high``; the reads of one sequence are not
     independent draws), and ``largest``, the largest over all reads. ``n`` = 100 (about 2,700 reads)

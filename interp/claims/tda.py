@@ -294,8 +294,8 @@ def trela_premise(specimen: str) -> str:
 def single_view_evidence() -> Evidence:
     """Sec. 4.2 (l. 162): "a single view thresholded map can still admit occasional high-magnitude
     noise", which subtracting an inhibitory view (Delta a = a^(1) - lambda a^(2)) suppresses. Per
-    layer, the mean over `iid` sequences of each read's largest |weight| off its last write over the
-    layer's heads (:func:`interp.metrics.off_target_peak` on ``hook_pattern``, cached by
+    layer, the mean over `iid` sequences of each read's largest share of a head's |weight| on one key
+    off its last write, over the layer's heads (:func:`interp.metrics.off_target_peak` on ``hook_pattern``, cached by
     :func:`interp.claims.measure.single_view_noise`), `trela-beta1`'s single view beside
     `tda-beta1`'s differential map. Each is one model (one seed): the claim is tested on these two
     models, the 95% t intervals are over sequences. Holds when in every layer the differential
@@ -313,7 +313,7 @@ def single_view_evidence() -> Evidence:
         return ", ".join(f"L{layer} {single[column][layer]:.{digits}f} / {differential[column][layer]:.{digits}f}"
                          for layer in single.index)
 
-    return Evidence(f"mean largest |weight| off the last write per read, `{SINGLE_VIEW}` / `tda-beta1` differential: "
+    return Evidence(f"mean largest share of a head's |weight| on one key off the last write per read, `{SINGLE_VIEW}` / `tda-beta1` differential: "
                     f"{per_layer('noise_peak')} (largest over reads {per_layer('largest', 2)})",
                     f"{int(single.n_sequences.min())} iid sequences ({int(single.reads.min()):,} reads) per layer; "
                     "one model each (one seed): the claim is about these two models",

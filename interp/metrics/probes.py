@@ -201,10 +201,10 @@ def last_write_summary(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def off_target_peak(a: Map, tokens: Tokens) -> Float[Tensor, "read"]:
-    """The "high-magnitude noise" of one layer's map at each read: the largest |weight| any of its
-    heads puts on a key other than the read's target, the last write::
+    """The "high-magnitude noise" of one layer's map at each read: the largest share of a head's
+    |weight| that one key other than the read's target, the last write, takes::
 
-        noise_r = max_h max_{j <= i_r, j not in {w_r, w_r + 1}} |A^h_{b_r i_r j}|
+        noise_r = max_h max_{j <= i_r, j not in {w_r, w_r + 1}} |A^h_{b_r i_r j}| / sum_{j' <= i_r} |A^h_{b_r i_r j'}|
 
     with ``i_r`` the read's position in sequence ``b_r`` and ``w_r`` its last write
     (:func:`interp.tasks.last_write_positions`). Reads in the order of
@@ -213,7 +213,11 @@ def off_target_peak(a: Map, tokens: Tokens) -> Float[Tensor, "read"]:
     head that reads the write may weigh either); every other causal key is noise, the read's own
     position and any token an earlier layer copied the bit to included, so a deeper model that
     routes the bit elsewhere (:func:`bit_carriers`) scores that route as noise. The maximum over
-    heads makes it a per-layer statistic, as the paper's Fig. 1b peak is.
+    heads makes it a per-layer statistic, as the paper's Fig. 1b peak is. The share, not the raw
+    weight: trela's and TDA's rows are not normalised to sum to 1 and the head's output is normalised
+    afterwards (``Norm`` in Sec. 4.2), so a row's scale changes nothing the model computes, and raw
+    weights would compare two models' thresholds rather than their noise. A row with no weight at
+    all (nothing survived the threshold) has no noise: 0.
 
     Source: TDA paper (``003_ffe354fecd74e1d6.txt``) Sec. 4.2, l. 162: "a single view thresholded
     map can still admit occasional high-magnitude noise", which the differential map (eq. of
@@ -232,8 +236,9 @@ def off_target_peak(a: Map, tokens: Tokens) -> Float[Tensor, "read"]:
     s, q, w = (torch.as_tensor(x, device=a.device) for x in (seq, position, write_pos))
     key_pos = torch.arange(a.shape[-1], device=a.device)
     noise = (key_pos <= q[:, None]) & (key_pos != w[:, None]) & (key_pos != w[:, None] + 1)    # [read, key_pos]
-    rows = a[s, :, q, :].float().abs()                                                       # [read, head, key_pos]
-    return rows.masked_fill(~noise[:, None, :], 0.0).amax((1, 2))
+    rows = a[s, :, q, :].float().abs().masked_fill(key_pos > q[:, None, None], 0.0)          # [read, head, key_pos]
+    shares = rows / rows.sum(-1, keepdim=True).clamp_min(torch.finfo(rows.dtype).tiny)
+    return shares.masked_fill(~noise[:, None, :], 0.0).amax((1, 2))
 
 
 def _per_head_means(table: pd.DataFrame, metrics: dict[str, str]) -> pd.DataFrame:
