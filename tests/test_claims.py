@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import copy
 import re
+import statistics
 
 import pandas as pd
 import pytest
 
 from interp import claims
 from interp.claims import measure, sources, stats
+from interp.claims import cost
 from interp.claims.cope import task_comparison_evidence
+from interp.claims.tda import SINGLE_VIEW_NOISE
 from interp.claims.tra import table1_evidence
 from interp.claims.verdicts import PAPER_FILES, Evidence, paper_range, verdict
 
@@ -142,7 +145,8 @@ def test_the_single_view_row_compares_the_noise_per_layer(monkeypatch, different
     import models.pretrained
 
     frame = pd.DataFrame(noise_rows("trela-beta1", (0.5, 0.27)) + noise_rows("tda-beta1", differential))
-    monkeypatch.setattr(sources, "csv", lambda path: frame)
+    committed = sources.csv   # the other files (the not-run row's cost reads runs/bench) stay the committed ones
+    monkeypatch.setattr(sources, "csv", lambda path: frame if path == SINGLE_VIEW_NOISE else committed(path))
     monkeypatch.setattr(models.pretrained, "built", lambda: ["tda-beta1", "trela-beta1"])
     row = next(c for c in claims.CLAIMS if c.key == "tda-single-view")
     found = row.measure()
@@ -151,10 +155,43 @@ def test_the_single_view_row_compares_the_noise_per_layer(monkeypatch, different
     monkeypatch.setattr(models.pretrained, "built", lambda: ["tda-beta1"])     # until the specimen is built
     assert row.measure().reason.startswith("budget: the `trela-beta1` specimen")
     monkeypatch.setattr(models.pretrained, "built", lambda: ["tda-beta1", "trela-beta1"])
-    monkeypatch.setattr(sources, "csv", lambda path: frame.assign(specimen=frame.specimen.replace("trela-beta1",
-                                                                                                   "trela-mech")))
+    other = frame.assign(specimen=frame.specimen.replace("trela-beta1", "trela-mech"))
+    monkeypatch.setattr(sources, "csv", lambda path: other if path == SINGLE_VIEW_NOISE else committed(path))
     with pytest.raises(ValueError, match="no rows of `trela-beta1`"):
         row.measure()
+
+
+def test_a_cost_is_the_committed_step_scaled_to_the_runs():
+    """interp.claims.cost: the fitted model passes through the committed one-thread steps it is fitted to
+    and each mechanism's bench step; a row's text is the computation, and scales with steps and runs."""
+    from models import ModelConfig
+
+    bench = sources.csv(cost.TRAIN_CSV).set_index("model").step_s
+    threads = sources.csv(cost.THREADS_CSV).set_index(["workload", "competing"])["1 threads s"]
+    for model in ("rope", "tda", "lstm"):
+        assert cost.step_seconds(ModelConfig.from_preset(model, "mini", n_ctx=512), 8, 512) == pytest.approx(
+            bench[model])
+    run = cost.entry_runs("rope-mech")[0]
+    model_cfg, train_cfg = run.configs()
+    assert cost.step_seconds(model_cfg, 8, 512) == pytest.approx(threads["training step", "none"])
+    seconds = train_cfg.steps * cost.step_seconds(model_cfg, train_cfg.batch_size, train_cfg.seq_len)
+    assert cost.core_seconds([run]) == pytest.approx(seconds)
+    assert seconds < cost.GPU_FROM_S and cost.cost_text([run]) == f"about {cost.duration(seconds)} of a core"
+    assert cost.core_seconds(cost.varied(run, training={"steps": 2 * train_cfg.steps})) == pytest.approx(2 * seconds)
+    # 20 seeds of 10x the steps: one batched group on the H200, at the logged batched groups' median rate
+    many = cost.varied(run, range(20), {"steps": 10 * train_cfg.steps})
+    rates, _ = cost.campaign_rates()
+    gpu = 10 * train_cfg.steps / statistics.median(r["steps_per_s"] for r in rates.values() if r["batched"])
+    assert cost.core_seconds(many) == pytest.approx(200 * seconds) and cost.h200_seconds(many) == pytest.approx(gpu)
+    assert cost.cost_text(many) == (f"about {cost.duration(200 * seconds)} of a core, or {cost.duration(gpu)} of "
+                                    "an H200")
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(20, "1 min"), (7.4 * 60, "7 min"), (37 * 60, "35 min"),
+                                                (58 * 60, "1 hour"), (3.3 * 3600, "3.5 hours"),
+                                                (24.6 * 3600, "25 hours"), (143 * 3600, "140 hours")])
+def test_a_cost_reads_rounded(seconds, text):
+    assert cost.duration(seconds) == text
 
 
 def test_every_claim_quotes_its_paper_at_the_line_it_names():

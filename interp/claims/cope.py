@@ -8,11 +8,14 @@ from __future__ import annotations
 import numpy as np
 
 from interp.claims import sources
+from interp.claims.cost import cost_text, varied
 from interp.claims.stats import ALPHA, percent_seeds, rank_test, seed_interval, share_interval, smallest_p
 from interp.claims.stats import decide as stats_decide
 from interp.claims.verdicts import Claim, Evidence, not_run, overlaps, paper_range, percent_interval, wilson
 
 SOFTMAX_POSITIONS = ("nope", "ape", "rel", "rope", "label")   # the position encodings CoPE is set against
+# Table 7's 8 sizes (d_model, layers, heads)
+TABLE7_SIZES = tuple((width, layers, heads) for width in (128, 256) for layers in (2, 4) for heads in (2, 4))
 
 
 def learning_step(curve: list[list[float]]) -> float:
@@ -78,10 +81,6 @@ def seed_errors(task: str, model: str, split: str) -> dict[int, float]:
             for seed in model_seeds(model) if sources.has_result("cope-tasks", f"{task}-{model}-seed{seed}")}
 
 
-# Cost of one missing run of the sweep on one core of the development machine, about (docs/results/claims.md).
-RUN_MINUTES = {"counting": 15, "counting-3": 15, "counting-5": 15, "selective-copy": 40}
-
-
 def missing_runs(task: str, models: tuple[str, ...]) -> dict[str, list[int]]:
     """The seeds of each model whose run of ``task`` has no ``result.json`` yet."""
     from interp.studies.cope_tasks import model_seeds
@@ -92,12 +91,34 @@ def missing_runs(task: str, models: tuple[str, ...]) -> dict[str, list[int]]:
 
 
 def missing_text(task: str, missing: dict[str, list[int]]) -> str:
+    """The missing runs of ``task`` and what they cost (:func:`interp.claims.cost.cost_text`)."""
+    from interp.studies.cope_tasks import cope_task_run
+
     if not missing:
         return ""
     count = sum(len(seeds) for seeds in missing.values())
     which = ", ".join(f"{model} {'/'.join(str(s) for s in seeds)}" for model, seeds in missing.items())
-    return (f"; {count} runs not in (`{task}` seeds {which}; about {RUN_MINUTES[task]} min of a core each: "
+    cost = cost_text(cope_task_run(task, model, seed) for model, seeds in missing.items() for seed in seeds)
+    return (f"; {count} runs not in (`{task}` seeds {which}; {cost}: "
             "`glitchlens reproduce cope-tasks --out runs/cope-tasks` resumes them)")
+
+
+def pool_runs() -> list:
+    """Fig. 2's runs as priced: CoPE and Shaw on `cope-tasks`' counting, 3 pool sizes x 5 seeds each
+    (a smaller pool costs nothing a step: priced as 15 seeds)."""
+    from interp.studies.cope_tasks import cope_task_run
+
+    return [cope_task_run("counting", model, seed) for model in ("cope", "shaw") for seed in range(3 * 5)]
+
+
+def size_runs() -> list:
+    """Table 7's runs as priced: CoPE, RoPE and APE at `rope-mech`'s flip-flop set-up (``reproduce
+    table1 --scale cpu``) at each size of :data:`TABLE7_SIZES`, 10,000 steps, seeds 0-2."""
+    from interp.studies.specimens import table1
+
+    return [run for model in ("cope", "rope", "ape") for width, layers, heads in TABLE7_SIZES
+            for run in varied(table1(model, "cpu"), range(3), {"steps": 10_000}, d_model=width, n_layers=layers,
+                              n_heads=heads)]
 
 
 def model_text(task: str, model: str, split: str, errors: dict[int, float]) -> str:
@@ -249,14 +270,13 @@ COPE_CLAIMS = [
                beside=("shaw", "rel")),
     Claim("cope-fig2", "CoPE", "Fig. 2", "CoPE's lead over relative PE grows with less training data", "(figure)",
           "-", not_run("counting with fewer training sequences", "CoPE and Shaw on counting at 3 pool sizes below "
-                       "10,000, 5 seeds each (30 runs)", "about 8 hours of a core"),
+                       "10,000, 5 seeds each (30 runs)", pool_runs),
           quote=(176, "CoPE outperforms relative PE on the counting task, especially with less training data of the "
                       "task.")),
     Claim("cope-appc", "CoPE", "App. C, Table 7", "CoPE is robust to model size in distribution, less so out of it",
           "CoPE in-dist. error <= 0.2% at all 8 sizes", "-",
           not_run("flip-flop at the 8 sizes of Table 7", "CoPE, RoPE and APE at d_model 128 and 256, 2 and 4 layers "
-                  "and heads, 10k steps (24 runs x >= 3 seeds)", "a GPU's work: about 1 hour of an H200 at the "
-                  "paper's size"),
+                  "and heads, 10k steps (24 runs x >= 3 seeds; priced at `rope-mech`'s set-up)", size_runs),
           quote=(149, "We find that CoPE is generally robust to these changes with respect to in-distribution "
                       "generalization")),
 ]

@@ -5,12 +5,26 @@ from __future__ import annotations
 import numpy as np
 
 from interp.claims import sources
+from interp.claims.cost import cost_text, entry_runs, unfinished, varied
 from interp.claims.stats import (ALPHA, decide, every_seed, paired_t_test, percent_seeds, rank_test, share_interval,
                                  sign_test, smallest_p)
 from interp.claims.verdicts import Claim, Evidence, not_run, percent_interval, wilson
 from interp.studies.reproduce import LEARNED
 
 ROPE_MECH = ("table1-cpu", "rope-seed0")     # rope-mech is this run (its config's command and seed)
+FIG9_LAYERS, FIG9_WIDTHS = (2, 4), (64, 128)   # the sizes Fig. 9's row is priced at (interp.claims.cost)
+
+
+def rope_mech(seeds, training: dict | None = None, **model_fields) -> list:
+    """`rope-mech`'s set-up at ``seeds`` (and the fields given), as :mod:`interp.claims.cost` prices it."""
+    return varied(entry_runs("rope-mech")[0], seeds, training, **model_fields)
+
+
+def size_runs() -> list:
+    """Fig. 9's size sweep as priced: `rope-mech`'s set-up at each of :data:`FIG9_LAYERS` x
+    :data:`FIG9_WIDTHS`, 10,000 steps, seeds 0-4."""
+    return [run for layers in FIG9_LAYERS for width in FIG9_WIDTHS
+            for run in rope_mech(range(5), {"steps": 10_000}, n_layers=layers, d_model=width)]
 
 
 def _errors(split: dict) -> str:
@@ -78,8 +92,8 @@ def r1_checkpoints_evidence() -> Evidence:
 
     if not sources.has_result(*R1_CHECKPOINTS):
         return Evidence("not run", "0 checkpoints", "none (not run)", False, False, False,
-                        "budget: `glitchlens claims --measure r1-checkpoints` (one RoPE run of 1000 steps and 10 "
-                        "evaluations, about 30 min of a core) has not run", "runs/r1-checkpoints")
+                        "budget: `glitchlens claims --measure r1-checkpoints` (one RoPE run of 1000 steps, "
+                        f"{cost_text(rope_mech([0]))}, and 10 evaluations) has not run", "runs/r1-checkpoints")
     r = sources.result(*R1_CHECKPOINTS)
     points = [c for c in r["checkpoints"] if c["iid"]["sequence_accuracy"] >= LEARNED]
     parts, varies = [], False
@@ -132,9 +146,9 @@ def r2_recipe_evidence() -> Evidence:
 
     planned = list(lstm_r2_runs())
     done = sum(sources.has_result("lstm-r2", name) for name in planned)
-    unfinished = ("" if done == len(planned) else "; the rest resume with `glitchlens reproduce lstm-r2`, about 4 min "
-                  "of a core each")
-    return lstm_evidence({"lstm-r2": planned}, f" ({done} of {len(planned)} seeds finished{unfinished}); the same "
+    rest = ("" if done == len(planned) else
+            f"; the rest resume with `glitchlens reproduce lstm-r2`, {cost_text(unfinished('lstm-r2'))}")
+    return lstm_evidence({"lstm-r2": planned}, f" ({done} of {len(planned)} seeds finished{rest}); the same "
                          "LSTM learns at lr 1e-3 in 1000 steps (`table1-cpu`)")
 
 
@@ -215,8 +229,9 @@ def r6_levers_evidence() -> Evidence:
         so_far = r6_dropout_evidence(done) if done else None
         return Evidence(f"{len(done)} of {len(planned)} runs finished" + (f": {so_far.ours}" if so_far else ""),
                         f"{len(done)} runs", so_far.interval if so_far else "none yet", False, False, False,
-                        f"budget: `glitchlens reproduce r6-levers` ({len(planned)} runs, 5-10 min of a core each, "
-                        f"about 25 on this shared machine) has {len(planned) - len(done)} runs to go", "runs/r6-levers")
+                        f"budget: `glitchlens reproduce r6-levers` ({len(planned)} runs) has "
+                        f"{len(planned) - len(done)} runs to go, {cost_text(unfinished('r6-levers'))}",
+                        "runs/r6-levers")
     return r6_dropout_evidence(done)
 
 
@@ -530,7 +545,8 @@ FLIPFLOP_CLAIMS = [
           "(figure)", "-",
           not_run("sharpened 1 x 1 automaton models at more coefficients and seeds, searched for a sparse head off the "
                   "last write", "`glitchlens reproduce sharpening` at the paper's grid (11 coefficients x 3 schedules "
-                  "x 3 seeds, 99 runs of 2000 steps)", "about 25 hours of a core"),
+                  "x 3 seeds, 99 runs of 2000 steps)", lambda: [run for _ in range(11 * 3) for run in varied(
+                      entry_runs("automaton-1l-sharp")[0], range(3))]),
           quote=(599, "sparse attention does not have to align with the \"ideal\" pattern (16c), and can even be "
                       "wrong (16d)")),
     Claim("ff-fig6", "flip-flop", "Fig. 6", "2-layer transformers do not converge, despite representability",
@@ -540,17 +556,19 @@ FLIPFLOP_CLAIMS = [
           "fails alike", "(figure: 5 x 5 seeds)", "-",
           not_run("RoPE at 5 data seeds x 5 model seeds, and with the loss on every token (`--loss generative`)",
                   "25 + 5 runs of `rope-mech`'s set-up with the data and model seeds split (the training loop "
-                  "draws both from one seed today)", "about 8 hours of a core"),
+                  "draws both from one seed today)",
+                  lambda: rope_mech(range(25)) + rope_mech(range(5), {"loss": "generative"})),
           quote=(473, "Both sources of randomness affect training dynamics and extrapolation")),
     Claim("ff-fig9-size", "flip-flop", "Fig. 9 (right)", "network size is no reliable lever", "(scatter)", "-",
-          not_run("RoPE at 4 or more widths and depths", "at least 4 sizes x 5 seeds of RoPE at 10,000 steps",
-                  "about 20 hours of a core, or 15 min of an H200"),
+          not_run("RoPE at 4 or more widths and depths", "at least 4 sizes x 5 seeds of RoPE at 10,000 steps "
+                  f"(priced at {' and '.join(map(str, FIG9_LAYERS))} layers x d_model "
+                  f"{' and '.join(map(str, FIG9_WIDTHS))})", size_runs),
           quote=(155, "Resource scaling (in-distribution data, training steps, network size) helps.")),
     Claim("ff-fig12-left", "flip-flop", "Fig. 12 (left)", "glitches remain with another softmax temperature and larger "
           "vocabularies", "(violins)", "-",
           not_run("RoPE with the scores scaled by 1 / beta, and flip-flop with M data symbols",
                   "3 temperatures and 3 vocabulary sizes x 5 seeds (the task has 2 data symbols today)",
-                  "about 10 hours of a core"),
+                  lambda: rope_mech(range(6 * 5))),
           quote=(542, "In all of these settings, **attention glitches remain** (and mostly worsen).")),
     Claim("ff-fig12", "flip-flop", "Fig. 12 (right)", "the errors are diverse in dependency length", "(histogram)",
           ROPE_SIZE, fig12_evidence, quote=(542, "This serves as a quick check that **the errors are diverse**.")),

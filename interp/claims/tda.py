@@ -8,6 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from interp.claims import sources
+from interp.claims.cost import cost_text, entry_runs, varied
 from interp.claims.verdicts import (MOSTLY_WRONG, Claim, Evidence, not_run, once_built, overlaps, percent_interval,
                                     ratio_interval)
 
@@ -15,6 +16,13 @@ BETA1 = "`tda-beta1`: `tiny` 2 x 4 x 64, 4500 steps at T = 512, beta ramped to 1
 THEOREMS = "runs/tda-threshold-4500/theorems-tda-ramp4500-seed0.csv"
 SINGLE_VIEW = "trela-beta1"   # the single thresholded view (TDA's "TRA", our trela) at the paper's beta = 1
 SINGLE_VIEW_NOISE = "runs/claims/single_view_noise.csv"
+TDA_POWERS = (1, 2, 3, 5)   # Table 6a's
+
+
+def powers_runs() -> list:
+    """Table 6a's runs: `tda-beta1`'s set-up at each power of :data:`TDA_POWERS`, seeds 0-4."""
+    base = entry_runs("tda-beta1")[0]
+    return [run for p in TDA_POWERS for run in varied(base, range(5), attention_options={"p": p})]
 
 
 def sparsity_evidence() -> Evidence:
@@ -287,8 +295,8 @@ def trela_premise(specimen: str) -> str:
         return ""
     return (f"the theorem's premise beta >= sigma (the paper's beta = 1) is not met: `{specimen}` learned beta "
             f"{', '.join(f'{b:.2f}' for b in betas)}; `trela-beta1` (`glitchlens pretrained build trela-beta1`, "
-            "about 3.5 hours of a core, then figure 13 with it among interp.figures.common.FLIPFLOP_SPECIMENS) is "
-            "the specimen at beta = 1")
+            f"{cost_text(entry_runs(SINGLE_VIEW))}, then figure 13 with it among "
+            "interp.figures.common.FLIPFLOP_SPECIMENS) is the specimen at beta = 1")
 
 
 def single_view_evidence() -> Evidence:
@@ -394,10 +402,11 @@ TDA_CLAIMS = [
           once_built(SINGLE_VIEW, single_view_evidence, not_run(
               "the largest |weight| of `trela-beta1`'s map beside `tda-beta1`'s differential map",
               "the `trela-beta1` specimen (`glitchlens pretrained build trela-beta1`) and its measurement beside "
-              "figure 02b's", "about 3.5 hours of a core")),
+              "figure 02b's", lambda: entry_runs(SINGLE_VIEW))),
           quote=(162, "a single view thresholded map can still admit occasional high-magnitude noise")),
     Claim("tda-table6a", "TDA", "Table 6a", "the power p = 2 beats p = 1, 3 and 5", "(table: loss and accuracy)",
-          "-", not_run("TDA at p = 1, 2, 3, 5", "4 powers x 5 seeds of `tda-beta1`'s set-up (20 runs of 4500 steps), "
-                       "compared on held-out loss", "about 70 hours of a core, or 1 hour of an H200"),
+          "-", not_run(f"TDA at p = {', '.join(map(str, TDA_POWERS))}", f"{len(TDA_POWERS)} powers x 5 seeds of "
+                       f"`tda-beta1`'s set-up ({5 * len(TDA_POWERS)} runs of 4500 steps), compared on held-out loss",
+                       powers_runs),
           quote=(317, "yields the best validation loss and average accuracy, while $p=1$ is noticeably worse")),
 ]

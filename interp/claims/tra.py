@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from interp.claims import sources
+from interp.claims.cost import cost_text, unfinished, varied
 from interp.claims.stats import decide, every_seed, one_sample_t_test, seed_interval, share_interval
 from interp.claims.verdicts import MOSTLY_WRONG, Claim, Evidence, overlaps, paper_range, percent_interval
 from interp.studies.reproduce import LEARNED, PAPER_TABLE1, SPLIT_ORDER
@@ -107,8 +108,11 @@ def diff_evidence() -> Evidence:
     dense = {steps: sources.result(*run)["splits"]["dense"]["sequence_accuracy"] for steps, run in
              (("1000", ("table1-cpu", "diff-seed0")), ("3000", ("table1-budget", "diff-steps3000-seed0")))}
     before = ", ".join(f"{100 * a:.2f}% at {steps} steps" for steps, a in dense.items())
+    from interp.studies.specimens import table1
+
+    missing = varied(table1("diff", "cpu"), (1, 2), {"steps": 10_000})
     return replace(found, ours=f"{found.ours}; `dense` of seed 0: {before}; seeds 1-2 at 10,000 steps not run "
-                   "(about 3 hours of a core each)")
+                   f"({cost_text(missing)})")
 
 
 CPU = "`tiny` 2 x 4 x 64, cpu-learning-authors"
@@ -181,7 +185,8 @@ def app_a_extended_evidence() -> Evidence:
     if not done:
         return Evidence("not run", f"0 of {len(planned)} runs", "none (not run)", False, False, False,
                         f"budget: `glitchlens reproduce app-a-extended` ({len(planned)} runs of "
-                        f"{', '.join(APP_A_EXTENDED_MODELS)}, 5 seeds, 10-20 min of a core each) not run yet",
+                        f"{', '.join(APP_A_EXTENDED_MODELS)}, 5 seeds, {cost_text(unfinished('app-a-extended'))}) "
+                        "not run yet",
                         "runs/app-a-extended")
     perfect = [r["name"] for r in done if r["held_out"]["sequence_accuracy"] >= LEARNED
                and not sum(r["splits"][s]["read_errors"] for s in SPLIT_ORDER)]
@@ -192,7 +197,8 @@ def app_a_extended_evidence() -> Evidence:
     share = share_interval(len(perfect), len(done))
     return Evidence(ours, f"{len(done)} runs", f"perfect in {percent_interval(share, 0)}",
                     holds=complete and not perfect, at_strength=True, opposite=bool(perfect),
-                    reason="" if complete or perfect else f"budget: {len(planned) - len(done)} runs not finished",
+                    reason="" if complete or perfect else f"budget: {len(planned) - len(done)} runs not finished "
+                    f"({cost_text(unfinished('app-a-extended'))})",
                     source="runs/app-a-extended/runs/*/result.json")
 
 

@@ -86,11 +86,15 @@ def verdict(evidence: Evidence) -> str:
     return NOT_REPRODUCED
 
 
-def not_run(what: str, runs: str, cost: str) -> Callable[[], Evidence]:
+def not_run(what: str, runs: str, priced: Callable[[], list]) -> Callable[[], Evidence]:
     """The measurement of a claim whose runs this project has not defined or trained: its row names
-    the runs it needs and their cost, and is not reproduced (budget)."""
+    the runs it needs and their cost (:func:`interp.claims.cost.cost_text` of ``priced()``, the runs
+    as :class:`~interp.studies.specimens.Specimen` s), and is not reproduced (budget)."""
     def measure() -> Evidence:
-        return Evidence(f"not run: {what}", "0 runs", "none (not run)", False, False, False, f"budget: {runs}; {cost}")
+        from interp.claims.cost import cost_text
+
+        return Evidence(f"not run: {what}", "0 runs", "none (not run)", False, False, False,
+                        f"budget: {runs}; {cost_text(priced())}")
     return measure
 
 
