@@ -585,8 +585,10 @@ def cmd_reproduce(args) -> int:
     from interp.outputs import writable_dir
     from interp.studies import sweeps
     from interp.studies.reproduce import SCALES, TABLE1_MODELS, check_configs
+    from interp.studies.seed_groups import batching
     from interp.training.setup import output_lock
 
+    batch_seeds = batching(args.batch_seeds, args.device)   # a bad choice refused before --out is made
     models = tuple(args.models.split(",")) if args.models else TABLE1_MODELS
     scale = SCALES[args.scale] if args.steps is None else replace(SCALES[args.scale], steps=args.steps)
     sweeps.SHOW_PROGRESS = not args.quiet
@@ -615,7 +617,7 @@ def cmd_reproduce(args) -> int:
             raise ValueError(f"{linked[0]} is a symbolic link to a folder: the runs would be written outside "
                              f"--out {args.out}; remove it or choose another --out")
     with output_lock(writable_dir(out), " ".join(["glitchlens", *args.argv])):   # one sweep per --out
-        report = _reproduce(args, models, scale)   # its reports are staged and recorded
+        report = _reproduce(args, models, scale, batch_seeds)   # its reports are staged and recorded
     print(f"wrote {shown(args.out)}/{report}")
     print(shown(read_bytes(Path(args.out) / report, "report").decode()))
     return 0
@@ -627,21 +629,23 @@ REPRODUCE_REPORTS = {"table1": ("table1.csv", "table1.md"), "recipes": ("recipes
                      "study": ("runs.csv", "summary.md")}
 
 
-def _reproduce(args, models: tuple[str, ...], scale) -> str:
-    """Run what ``glitchlens reproduce`` names; returns the report's file name."""
+def _reproduce(args, models: tuple[str, ...], scale, batch_seeds: bool) -> str:
+    """Run what ``glitchlens reproduce`` names, each configuration's seeds batched if ``batch_seeds``;
+    returns the report's file name."""
     from interp.studies.registry import STUDIES, run_study
     from interp.studies.reproduce import reproduce_recipes, reproduce_table1
 
     if args.what in STUDIES:
-        run_study(args.what, args.out, args.jobs, args.ray, train=not args.report_only)
+        run_study(args.what, args.out, args.jobs, args.ray, train=not args.report_only, batch_seeds=batch_seeds)
         report = "summary.md"
     elif args.what == "recipes":
         reproduce_recipes(args.out, tuple(args.recipes.split(",")), models, args.seeds, args.jobs, scale,
-                          ray_address=args.ray, device=args.device, train=not args.report_only)
+                          ray_address=args.ray, device=args.device, train=not args.report_only,
+                          batch_seeds=batch_seeds)
         report = "recipes.md"
     else:
         reproduce_table1(args.out, scale, args.seeds, args.jobs, models, train=not args.report_only,
-                         ray_address=args.ray, device=args.device)
+                         ray_address=args.ray, device=args.device, batch_seeds=batch_seeds)
         report = "table1.md"
     return report
 

@@ -370,7 +370,13 @@ def _reproduce_options(p: argparse.ArgumentParser) -> None:
                    help="recipes: comma-separated names from interp/training/recipes.py")
     p.add_argument("--seeds", type=positive_int, default=3, help="seeds per model (and recipe)")
     p.add_argument("--jobs", type=positive_int, default=2,
-                   help="runs at once on this machine (one torch thread each); with --ray local, Ray's CPUs")
+                   help="processes at once on this machine, one torch thread each (a run, or with --batch-seeds a "
+                        "configuration's seeds); with --ray local, Ray's CPUs")
+    p.add_argument("--batch-seeds", default="auto", metavar="{auto,on,off}",
+                   help="on: the seeds of each configuration train as one batched model, a process per "
+                        "configuration (each run's directory and result.json as trained alone); off: a process per "
+                        "run; auto: batched on CUDA, not on the CPU, where it is slower "
+                        "(interp/studies/seed_groups.py)")
     p.add_argument("--ray", default=None, metavar="ADDRESS",
                    help="run the runs as tasks on a Ray cluster (the ray extra): auto, host:6379, "
                         "ray://host:10001, or local to start one here; --out must be on a filesystem every node "

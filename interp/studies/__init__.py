@@ -9,7 +9,10 @@
 - :mod:`interp.studies.registry`: the claim studies (``reproduce app-a``, ``tda-threshold``, ...),
   their runs, rules and summaries;
 - :mod:`interp.studies.cope_tasks`: the CoPE paper's counting and selective-copy study;
-- :mod:`interp.studies.sweeps`: running a study's runs in parallel, here or on Ray.
+- :mod:`interp.studies.sweeps`: running a study's runs in parallel, here or on Ray;
+- :mod:`interp.studies.seed_groups`: the seeds of a configuration trained as one batched model
+  (``reproduce --batch-seeds``, ``glitchlens campaign``);
+- :mod:`interp.studies.campaign`: a plan of the studies' runs on one device, within a time budget.
 
 Nothing is imported here, so that listing the entries (``glitchlens pretrained``) does not
 import torch.

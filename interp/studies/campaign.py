@@ -18,11 +18,13 @@ note), and one of
 - ``"specimens": [NAME, ...]``: pretrained entries (``glitchlens pretrained list``) trained as runs
   named after them, evaluated on the full splits.
 
-Runs that already have a ``result.json`` are done and skipped. The others are grouped: the runs of
-one configuration but for the seed train as one batched model (:mod:`interp.training.batched`,
-whose log record names any operation ``vmap`` still ran seed by seed: ``vmap_fallbacks``);
-a configuration that cannot be batched (:func:`interp.training.batched.unbatchable`), or whose
-attention reference ``vmap`` refuses (a mechanism of one's own), trains one process per seed
+Runs that already have a ``result.json`` are done and skipped. The others are grouped as
+``glitchlens reproduce --batch-seeds`` groups them (:mod:`interp.studies.seed_groups`): the runs
+of one configuration but for the seed, at one checkpoint step, train as one batched model
+(:mod:`interp.training.batched`, whose log record names any operation ``vmap`` still ran seed by
+seed: ``vmap_fallbacks``); a configuration that cannot be batched
+(:func:`interp.training.batched.unbatchable`), or whose attention reference ``vmap`` refuses (a
+mechanism of one's own), trains one process per seed
 (:func:`interp.studies.reproduce.train_and_evaluate`), and the log says which and why. ``jobs``
 groups train at once, each in a process of its own, in plan order.
 
@@ -44,7 +46,6 @@ operations ``vmap`` ran seed by seed: ``vmap_fallbacks``) and
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
 import io
 import json
@@ -55,11 +56,12 @@ import statistics
 import tarfile
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from interp.outputs import open_append, read_bytes, read_json, record, staged, writable_dir
+from interp.studies import seed_groups
+from interp.studies.seed_groups import Group, PlannedRun, checkpoint_step, group_runs, new_record
 
 LOG_FILE = "campaign.jsonl"
 TAR_FILE = "results.tar"
@@ -69,39 +71,6 @@ PROBE_STEPS = 6   # steps a group trains in --estimate (the first, with its star
 # Seconds of steps after which a batched group that would end past the training deadline stops at a
 # checkpoint and leaves its process to the next group (the same command resumes it)
 PROJECT_AFTER_S = 20.0
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    """One run of a plan: its sweep directory and name, its configs, what its ``result.json``
-    records before the evaluation, and the evaluation (a study name of
-    ``interp.studies.registry.EVALUATIONS``, else flip-flop's) on the first ``eval_n`` sequences."""
-    entry: int
-    sweep: str
-    name: str
-    model_cfg: Any
-    train_cfg: Any
-    header: dict
-    eval_n: int | None
-    evaluation: str
-
-    @property
-    def run_dir(self) -> Path:
-        return Path(self.sweep) / "runs" / self.name
-
-
-@dataclass(frozen=True)
-class Group:
-    """Runs trained together: the seeds of one configuration (``unbatched`` None), or one run alone
-    (``unbatched``: why it cannot be batched)."""
-    runs: tuple[PlannedRun, ...]
-    unbatched: str | None
-
-    @property
-    def label(self) -> str:
-        first = self.runs[0]
-        seeds = ",".join(str(r.train_cfg.seed) for r in self.runs)
-        return f"{first.sweep}/{first.name.rsplit('-seed', 1)[0]} seeds {seeds}"
 
 
 def read_plan(path: str | os.PathLike) -> list[dict]:
@@ -131,14 +100,13 @@ def read_plan(path: str | os.PathLike) -> list[dict]:
 
 def entry_runs(entry: dict, number: int, device: str) -> list[PlannedRun]:
     """The runs entry ``number`` of a plan names, in the order the study trains them."""
-    from interp.studies.registry import EVAL_N, STUDIES, study_run
+    from interp.studies.registry import EVAL_N, STUDIES, planned_run
     from interp.studies.specimens import entry as pretrained_entry
 
     out = entry["out"]
     if "specimens" in entry:
         names = entry["specimens"] if isinstance(entry["specimens"], list) else [entry["specimens"]]
-        return [_study_run(number, out, name, pretrained_entry(name).specimen, None, "specimens", study_run)
-                for name in names]
+        return [planned_run("specimens", name, pretrained_entry(name).specimen, out, None) for name in names]
     study = entry["study"]
     if study == "table1":
         return _table1_runs(entry, number, device)
@@ -159,23 +127,17 @@ def entry_runs(entry: dict, number: int, device: str) -> list[PlannedRun]:
                 if any(fnmatch.fnmatchcase(name, p) for p in patterns)}
     else:
         raise ValueError(f"entry {number}: unknown study {study!r}; choose table1 or one of {', '.join(STUDIES)}")
-    return [_study_run(number, out, name, run, EVAL_N, study, study_run) for name, run in runs.items()]
-
-
-def _study_run(number: int, out: str, name: str, run, eval_n: int | None, study: str, study_run) -> PlannedRun:
-    (model_cfg, train_cfg), header = study_run(name, run)
-    return PlannedRun(number, out, name, model_cfg, train_cfg, header, eval_n, study)
+    return [planned_run(study, name, run, out, EVAL_N) for name, run in runs.items()]
 
 
 def _table1_runs(entry: dict, number: int, device: str) -> list[PlannedRun]:
-    from interp.studies.reproduce import SCALES, TABLE1_MODELS, configs, run_name, table1_header
+    from interp.studies.reproduce import SCALES, TABLE1_MODELS, table1_run
 
     if entry.get("scale", "cpu") not in SCALES:
         raise ValueError(f"entry {number}: unknown scale {entry.get('scale')!r}; choose one of {', '.join(SCALES)}")
     scale = SCALES[entry.get("scale", "cpu")]
     scale = replace(scale, steps=_int(entry, "steps", scale.steps))
-    return [PlannedRun(number, entry["out"], run_name(model, seed), *configs(model, seed, scale),
-                       table1_header(model, seed, scale, device), scale.eval_n, "table1")
+    return [table1_run(model, seed, scale, entry["out"], device)
             for seed in _ints(entry, "seeds", (0, 1, 2)) for model in _names(entry, "models", TABLE1_MODELS)]
 
 
@@ -204,8 +166,6 @@ def plan_groups(entries: list[dict], device: str) -> tuple[list[Group], list[str
     """The groups of the runs of ``entries`` not done yet, in plan order (a group where its first run
     is), and a line for each entry that names nothing trainable here (an unknown model, say: the
     campaign goes on without it)."""
-    from interp.training.batched import unbatchable
-
     runs, skipped, seen = [], [], set()
     for number, entry in enumerate(entries):
         try:
@@ -217,16 +177,7 @@ def plan_groups(entries: list[dict], device: str) -> tuple[list[Group], list[str
             if run.run_dir not in seen and not (run.run_dir / "result.json").exists():
                 seen.add(run.run_dir)
                 runs.append(run)
-    keyed: dict[str, list[PlannedRun]] = {}
-    for run in runs:
-        why = unbatchable(run.model_cfg, run.train_cfg)
-        key = (f"{run.run_dir}" if why else
-               json.dumps([run.sweep, run.eval_n, run.evaluation, run.model_cfg.to_dict(),
-                           dataclasses.asdict(replace(run.train_cfg, seed=0))], sort_keys=True, default=str))
-        keyed.setdefault(key, []).append(run)
-    groups = [Group(tuple(members), unbatchable(members[0].model_cfg, members[0].train_cfg))
-              for members in keyed.values()]
-    return groups, skipped
+    return group_runs(runs), skipped
 
 
 def _lines(path: Path, what: str) -> list[str]:
@@ -234,31 +185,26 @@ def _lines(path: Path, what: str) -> list[str]:
     return read_bytes(path, what).decode().splitlines()
 
 
-def _evaluation(name: str):
-    from interp.studies.registry import EVALUATIONS
-    from interp.studies.reproduce import flipflop_evaluation
-
-    return EVALUATIONS.get(name, flipflop_evaluation)
-
-
 def train_group(group: Group, device: str, deadline: float | None, checkpoint_s: float, log: str,
                 campaign_id: float) -> dict:
-    """Train and evaluate ``group`` (batched, or run by run), append its record to ``log`` and return it."""
+    """Train and evaluate ``group`` (batched, or run by run: :func:`interp.studies.seed_groups.train_group`),
+    append its record to ``log`` and return it; a group stopped (the deadline, a signal) says at which step."""
     import torch
 
+    from interp.training.batched import BatchStopped
+    from interp.training.setup import TrainingInterrupted
+
     torch.set_num_threads(1)
-    record_ = {"campaign": campaign_id, "group": group.label, "runs": [str(r.run_dir) for r in group.runs],
-               "device": device, "batched": group.unbatched is None, "why_not_batched": group.unbatched,
-               "finished": [], "steps_run": 0, "seconds": 0.0, "seeds_per_step": 1}
+    record_ = {"campaign": campaign_id, **new_record(group, device)}
     try:
         if deadline is not None and time.time() >= deadline:
             record_["status"] = "not started: the training deadline had passed"
         else:
-            record_["status"] = "interrupted before its first step"   # until a step says otherwise
-            if group.unbatched is None:
-                _train_batched_group(group, device, deadline, checkpoint_s, record_)
-            if not record_["batched"]:
-                _train_apart(group, device, record_)
+            seed_groups.train_group(group, device, record_, deadline, checkpoint_s, PROJECT_AFTER_S)
+    except BatchStopped as stopped:
+        record_["status"] = f"{stopped.why} at step {stopped.step} (checkpoints saved)"
+    except TrainingInterrupted as stopped:
+        record_["status"] = f"stopped at step {stopped.step} (checkpoint saved)"
     finally:   # also when interrupted: the log says how far each group came
         seconds = record_["seconds"]
         record_["steps_per_s"] = record_["steps_run"] / seconds if seconds else None
@@ -266,67 +212,6 @@ def train_group(group: Group, device: str, deadline: float | None, checkpoint_s:
         with open_append(Path(log)) as f:
             f.write(json.dumps(record_) + "\n")
     return record_
-
-
-def _train_batched_group(group: Group, device: str, deadline: float | None, checkpoint_s: float,
-                         record_: dict) -> None:
-    from interp.studies.reproduce import write_result
-    from interp.training.batched import BatchStopped, SeedRun, train_batched
-
-    seeds = [SeedRun(r.run_dir, r.train_cfg) for r in group.runs]
-    model_cfg = group.runs[0].model_cfg
-    try:
-        outcome = train_batched(model_cfg, seeds, device, deadline, checkpoint_s, project_after_s=PROJECT_AFTER_S)
-    except BatchStopped as stopped:
-        record_.update(status=f"{stopped.why} at step {stopped.step} (checkpoints saved)", seeds_per_step=len(seeds),
-                       steps_run=stopped.steps_run, seconds=stopped.step_seconds, vmap_fallbacks=stopped.fallbacks)
-        return
-    except (KeyboardInterrupt, ValueError):
-        raise
-    except Exception as err:   # vmap refused the mechanism's reference (a RuntimeError, or its own): run by run
-        record_.update(status="unbatched", batched=False, why_not_batched="vmap refused its attention's reference: "
-                       + str(err).splitlines()[0][:300])
-        return
-    record_.update(status="trained", seeds_per_step=len(seeds), steps_run=outcome.steps_run,
-                   seconds=outcome.step_seconds, diverged=outcome.diverged, vmap_fallbacks=outcome.fallbacks)
-    for run in group.runs:
-        if str(run.run_dir) in outcome.trained:
-            write_result(run.run_dir, outcome.trained[str(run.run_dir)], run.train_cfg, run.header, run.eval_n,
-                         _evaluation(run.evaluation))
-            record_["finished"].append(str(run.run_dir / "result.json"))
-
-
-def _train_apart(group: Group, device: str, record_: dict) -> None:
-    """Each run alone, one after another (the sweeps' own :func:`train_and_evaluate`)."""
-    from interp.studies.reproduce import train_and_evaluate
-    from interp.training.setup import TrainingInterrupted
-
-    t0 = time.time()
-    record_["status"] = "trained apart"
-    for run in group.runs:
-        try:
-            train_and_evaluate(run.run_dir, (run.model_cfg, run.train_cfg), run.header, run.eval_n,
-                               _evaluation(run.evaluation), device=device)
-        except TrainingInterrupted as stopped:
-            record_["status"] = f"stopped at step {stopped.step} (checkpoint saved)"
-            break
-        finally:
-            steps, seconds = _logged_training(run.run_dir, t0)
-            record_["steps_run"] += steps
-            record_["seconds"] += seconds
-        record_["finished"].append(str(run.run_dir / "result.json"))
-
-
-def _logged_training(run_dir: Path, since: float) -> tuple[int, float]:
-    """The steps a run's ``log.jsonl`` records since its last start, and their seconds (its loop's
-    clock, quick checks included), if the log changed after ``since``."""
-    log = run_dir / "log.jsonl"
-    if not log.exists() or log.stat().st_mtime < since:
-        return 0, 0.0
-    times = [json.loads(line)["time"] for line in _lines(log, "training log") if '"loss"' in line]
-    restarts = [i for i in range(1, len(times)) if times[i] < times[i - 1]]   # a resume restarts the clock
-    times = times[restarts[-1]:] if restarts else times
-    return len(times), (times[-1] if times else 0.0)
 
 
 def campaign(plan: str | os.PathLike, out: str | os.PathLike, device: str = "cpu", budget_s: float | None = None,
@@ -493,7 +378,7 @@ def estimate(plan: str | os.PathLike, out: str | os.PathLike, device: str = "cpu
 
 def _row(group: Group, s_per_step: float, batched: bool, why: str | None, source: str) -> dict:
     """A group's row of the estimate: its steps left (from its runs' checkpoints) and their seconds."""
-    steps_left = max(r.train_cfg.steps - _checkpoint_step(r.run_dir) for r in group.runs)
+    steps_left = max(r.train_cfg.steps - checkpoint_step(r.run_dir) for r in group.runs)
     return {"group": group.label, "runs": len(group.runs), "batched": batched, "why_not_batched": why,
             "s_per_step": s_per_step, "steps_left": steps_left, "source": source,
             "seconds": s_per_step * steps_left * (1 if batched else len(group.runs))}
@@ -592,15 +477,6 @@ def _logged_seconds_per_step(run_dir: Path) -> float:
     start-up, only starts the clock)."""
     times = [json.loads(line)["time"] for line in _lines(run_dir / "log.jsonl", "training log") if '"loss"' in line]
     return (times[-1] - times[0]) / max(1, len(times) - 1)
-
-
-def _checkpoint_step(run_dir: Path) -> int:
-    """The step of the checkpoint in ``run_dir`` (0 without one)."""
-    import models
-
-    if not (run_dir / models.checkpoint.CONFIG_FILE).exists():
-        return 0
-    return (models.read_config(run_dir).get("training") or {}).get("step", 0)
 
 
 def estimate_table(rows: list[dict], measured: str, jobs: int, limit: float | None) -> str:

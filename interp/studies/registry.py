@@ -36,8 +36,8 @@ import pandas as pd
 
 from interp.outputs import staged
 from interp.studies.cope_tasks import cope_tasks_runs, cope_tasks_summary, cope_tasks_table, task_evaluation
-from interp.studies.reproduce import (LEARNED, QUICK_EVAL_N, SCALES, SPLIT_ORDER, flipflop_evaluation, read_result,
-                                      train_and_evaluate)
+from interp.studies.reproduce import LEARNED, QUICK_EVAL_N, SCALES, SPLIT_ORDER, flipflop_evaluation, read_result
+from interp.studies.seed_groups import PlannedRun, run_groups, train_alone
 from interp.studies.specimens import Specimen, app_a_sweep_run, tda_threshold_sweep_run
 from interp.studies.sweeps import run_all
 
@@ -210,23 +210,33 @@ def study_run(name: str, run: Specimen) -> tuple:
     return (model_cfg, train_cfg), header
 
 
+def planned_run(study: str, name: str, run: Specimen, out: str | Path, eval_n: int | None) -> PlannedRun:
+    """Run ``name`` of ``study`` as its sweep in ``out`` trains it (:func:`study_run`) and evaluates
+    it (the study's evaluation, on the first ``eval_n`` sequences)."""
+    (model_cfg, train_cfg), header = study_run(name, run)
+    return PlannedRun(str(out), name, model_cfg, train_cfg, header, eval_n, study)
+
+
 def run_study_one(study: str, name: str, run: Specimen, out: str) -> dict:
     """Train and evaluate one run of a study; return its result (read from disk if done)."""
-    configs, header = study_run(name, run)
-    return train_and_evaluate(Path(out) / "runs" / name, configs, header, EVAL_N,
-                              EVALUATIONS.get(study, flipflop_evaluation))
+    return train_alone(planned_run(study, name, run, out, EVAL_N))
 
 
 def run_study(study: str, out: str | Path, jobs: int = 2, ray_address: str | None = None,
-              train: bool = True) -> pd.DataFrame:
-    """Run (or resume) ``study`` under ``out/runs``, then write ``runs.csv`` and ``summary.md`` to
-    ``out`` from every finished run; ``train=False`` only writes them."""
+              train: bool = True, batch_seeds: bool = False) -> pd.DataFrame:
+    """Run (or resume) ``study`` under ``out/runs``, one process per run or, with ``batch_seeds``,
+    the seeds of each configuration as one batched model (:mod:`interp.studies.seed_groups`), then
+    write ``runs.csv`` and ``summary.md`` to ``out`` from every finished run; ``train=False`` only
+    writes them."""
     if study not in STUDIES:
         raise ValueError(f"unknown study {study!r}; choose one of {', '.join(STUDIES)}")
     out = Path(out)
     runs = STUDIES[study]()
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    if train:
+    if train and batch_seeds:
+        run_groups([planned_run(study, name, run, out, EVAL_N) for name, run in runs.items()], jobs, ray_address,
+                   "cpu")
+    elif train:
         run_all(run_study_one, {name: (study, name, run, str(out)) for name, run in runs.items()}, jobs, ray_address)
     results = [read_result(f) for f in (out / "runs" / name / "result.json" for name in runs)
                if f.exists()]

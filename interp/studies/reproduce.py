@@ -36,6 +36,8 @@ from interp.studies.sweeps import run_all
 if TYPE_CHECKING:  # pandas costs a second to import: only the commands that tabulate import it
     import pandas as pd
 
+    from interp.studies.seed_groups import PlannedRun
+
 TABLE1_MODELS = ("nope", "ape", "rel", "rope", "label", "fot", "diff", "cope", "tra", "tda", "trela", "lstm")
 SPLIT_ORDER = ("iid", "dense", "sparse")
 
@@ -83,8 +85,17 @@ def run_one(model: str, seed: int, scale: Scale, out: str, device: str = "cpu") 
     """Train and evaluate one (model, seed) on ``device``; return its result (read from disk if
     done). The result names the device: runs of one configuration differ between devices by
     float rounding."""
-    return train_and_evaluate(Path(out) / "runs" / run_name(model, seed), configs(model, seed, scale),
-                              table1_header(model, seed, scale, device), scale.eval_n, device=device)
+    from interp.studies.seed_groups import train_alone
+
+    return train_alone(table1_run(model, seed, scale, out, device), device)
+
+
+def table1_run(model: str, seed: int, scale: Scale, out: str | Path, device: str) -> PlannedRun:
+    """One (model, seed) of a Table 1 sweep in ``out`` as ``interp.studies.seed_groups`` trains it."""
+    from interp.studies.seed_groups import PlannedRun
+
+    return PlannedRun(str(out), run_name(model, seed), *configs(model, seed, scale),
+                      table1_header(model, seed, scale, device), scale.eval_n, "table1")
 
 
 def table1_header(model: str, seed: int, scale: Scale, device: str) -> dict:
@@ -176,11 +187,12 @@ def check_device(device: str, ray_address: str | None) -> None:
 
 
 def sweep(out: Path, scale: Scale, models: tuple[str, ...], seeds: int, jobs: int,
-          ray_address: str | None = None, device: str = "cpu") -> list[dict]:
-    """Every (model, seed) of ``scale`` under ``out/runs``, ``jobs`` at a time on ``device`` or on
-    the Ray cluster at ``ray_address``; finished runs are read back, unfinished ones resume.
-    Results in ``models`` order, then by seed; raises ``interp.studies.sweeps.SweepFailed`` after the
-    last run if any failed."""
+          ray_address: str | None = None, device: str = "cpu", batch_seeds: bool = False) -> list[dict]:
+    """Every (model, seed) of ``scale`` under ``out/runs``, ``jobs`` processes at a time on ``device``
+    or on the Ray cluster at ``ray_address``: one per run or, with ``batch_seeds``, one per model
+    whose seeds train as one batched model (:mod:`interp.studies.seed_groups`); finished runs are
+    read back, unfinished ones resume. Results in ``models`` order, then by seed; raises
+    ``interp.studies.sweeps.SweepFailed`` after the last run if any failed."""
     check_device(device, ray_address)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     # seed by seed, in the order of ``models``, so that an interrupted sweep has every model's
@@ -188,7 +200,13 @@ def sweep(out: Path, scale: Scale, models: tuple[str, ...], seeds: int, jobs: in
     runs = {run_name(model, seed): (model, seed, scale, str(out), device)
             for seed in range(seeds) for model in models}
     check_finished_at(out, runs, scale)
-    results = run_all(run_one, runs, jobs, ray_address)
+    if batch_seeds:
+        from interp.studies.seed_groups import run_groups
+
+        run_groups([table1_run(*args[:2], scale, out, device) for args in runs.values()], jobs, ray_address, device)
+        results = finished_runs(out, models, seeds)
+    else:
+        results = run_all(run_one, runs, jobs, ray_address)
     return sorted(results, key=lambda r: (models.index(r["model"]), r["seed"]))
 
 
@@ -228,14 +246,15 @@ def recipe_result(result: dict) -> dict:
 
 def reproduce_table1(out: str | Path, scale: str | Scale = "cpu", seeds: int = 3, jobs: int = 2,
                      models: tuple[str, ...] = TABLE1_MODELS, train: bool = True,
-                     ray_address: str | None = None, device: str = "cpu") -> pd.DataFrame:
-    """Run (or resume) the sweep on ``device``, or on the Ray cluster at ``ray_address``, and write
-    ``table1.csv`` and ``table1.md`` to ``out``; ``train=False`` writes them from the runs that
-    have finished, training nothing."""
+                     ray_address: str | None = None, device: str = "cpu", batch_seeds: bool = False) -> pd.DataFrame:
+    """Run (or resume) the sweep on ``device``, or on the Ray cluster at ``ray_address`` (each
+    model's seeds batched with ``batch_seeds``: :func:`sweep`), and write ``table1.csv`` and
+    ``table1.md`` to ``out``; ``train=False`` writes them from the runs that have finished,
+    training nothing."""
     scale = SCALES[scale] if isinstance(scale, str) else scale
     out = Path(out)
     check_configs(models, scale)
-    results = (sweep(out, scale, models, seeds, jobs, ray_address, device) if train
+    results = (sweep(out, scale, models, seeds, jobs, ray_address, device, batch_seeds) if train
                else finished_runs(out, models, seeds))
     if not results:
         raise ValueError(f"no finished run under {out / 'runs'}: run the sweep first (without --report-only)")
@@ -294,7 +313,7 @@ LEARNED = 0.99   # full-sequence accuracy that counts as learned (issue: >= 99%)
 
 def reproduce_recipes(out: str | Path, recipes: tuple[str, ...], models: tuple[str, ...], seeds: int = 3,
                       jobs: int = 2, scale: str | Scale = "cpu", ray_address: str | None = None,
-                      device: str = "cpu", train: bool = True) -> pd.DataFrame:
+                      device: str = "cpu", train: bool = True, batch_seeds: bool = False) -> pd.DataFrame:
     """Which recipe learns: every (recipe, model, seed) at ``scale`` with that recipe, under
     ``out/<recipe>``; writes ``recipes.csv`` and ``recipes.md`` to ``out``. A seed has learned
     when its full-sequence accuracy on ``HELD_OUT_N`` held-out FFL(0.8) sequences of the
@@ -302,8 +321,8 @@ def reproduce_recipes(out: str | Path, recipes: tuple[str, ...], models: tuple[s
     ``iid`` split's accuracy is reported beside it, which at a shorter training length also
     measures extrapolation); its learning step is the first quick check at which all
     ``QUICK_EVAL_N`` iid sequences were right. Runs on ``device``, or on the Ray cluster at
-    ``ray_address`` if given; ``train=False`` writes the report from the runs that have finished,
-    training nothing."""
+    ``ray_address`` if given (each model's seeds batched with ``batch_seeds``); ``train=False``
+    writes the report from the runs that have finished, training nothing."""
     from dataclasses import replace
 
     import pandas as pd
@@ -314,7 +333,8 @@ def reproduce_recipes(out: str | Path, recipes: tuple[str, ...], models: tuple[s
         check_configs(models, replace(scale, recipe=recipe))
     rows = []
     for recipe in recipes:
-        runs = (sweep(out / recipe, replace(scale, recipe=recipe), models, seeds, jobs, ray_address, device) if train
+        runs = (sweep(out / recipe, replace(scale, recipe=recipe), models, seeds, jobs, ray_address, device,
+                      batch_seeds) if train
                 else finished_runs(out / recipe, models, seeds))
         for r in map(recipe_result, runs):
             held = r["held_out"]["sequence_accuracy"]

@@ -1,4 +1,5 @@
-"""The seeds of one configuration trained as one model: ``glitchlens campaign``'s batched runs.
+"""The seeds of one configuration trained as one model: the batched runs of ``glitchlens campaign``
+and ``glitchlens reproduce --batch-seeds`` (:mod:`interp.studies.seed_groups`).
 
 Each seed is a run of :func:`interp.training.loop.train` in a directory of its own, and is set up
 exactly as that run is (:func:`interp.training.setup.prepare_run`: the same initial weights, or its
@@ -34,13 +35,14 @@ batch resumed from its checkpoints gives what the uninterrupted batch gives.
 What cannot be batched this way (:func:`unbatchable`): a mechanism or option that draws from the
 torch RNG during the step (dropout, Label's positions: one seed alone re-seeds it every step), the
 sharpening regularisers (they read hooks), a beta ramp (it writes parameters in place) and the
-LSTM. Such runs train one process per seed (:mod:`interp.studies.campaign`).
+LSTM. Such runs train one process per seed (:mod:`interp.studies.seed_groups`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -246,7 +248,7 @@ def train_batched(model_cfg: ModelConfig, seeds: list[SeedRun], device: str | to
     device = torch.device(device)
     with ExitStack() as held:
         for seed in seeds:
-            held.enter_context(output_lock(writable_dir(seed.out), "glitchlens campaign"))
+            held.enter_context(output_lock(writable_dir(seed.out), " ".join(sys.argv)))   # as the loop's
         runs = [prepare_run(model_cfg, s.cfg, s.out, True, False, device, stop) for s in seeds]
         starts = {r.start for r in runs}
         if len(starts) > 1:
