@@ -30,7 +30,10 @@ def tiny_study() -> dict[str, Specimen]:
 
 def in_process(trained: list):
     """``run_all`` run by run in this process, the names of what it was given kept in ``trained``."""
-    def run_all(function, runs, jobs=2, ray_address=None):
+    def run_all(function, runs, jobs=2, ray_address=None, sizes=None):
+        # the progress bar counts runs: a group of batched seeds counts as its seeds
+        assert sizes is None or sum(sizes.values()) == sum(
+            len(args[0].runs) if hasattr(args[0], "runs") else 1 for args in runs.values())
         trained.append(list(runs))
         return [function(*args) for args in runs.values()]
     return run_all

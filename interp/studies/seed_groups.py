@@ -159,8 +159,9 @@ def run_groups(runs: list[PlannedRun], jobs: int, ray_address: str | None, devic
     from interp.studies.sweeps import run_all
 
     groups = group_runs([run for run in runs if not (run.run_dir / "result.json").exists()], batch_one=False)
-    run_all(train_sweep_group, {group.runs[0].name if len(group.runs) == 1 else group.label: (group, device)
-                                for group in groups}, jobs, ray_address)
+    named = {group.runs[0].name if len(group.runs) == 1 else group.label: group for group in groups}
+    run_all(train_sweep_group, {name: (group, device) for name, group in named.items()}, jobs, ray_address,
+            sizes={name: len(group.runs) for name, group in named.items()})
 
 
 def train_alone(run: PlannedRun, device: str = "cpu") -> dict:

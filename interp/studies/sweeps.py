@@ -46,10 +46,12 @@ class SweepFailed(RuntimeError):
 SHOW_PROGRESS = True   # the bar over the runs of :func:`run_all`, on stderr; `glitchlens reproduce --quiet` clears it
 
 
-def run_all(function: Callable, runs: dict[str, tuple], jobs: int = 2, ray_address: str | None = None) -> list:
+def run_all(function: Callable, runs: dict[str, tuple], jobs: int = 2, ray_address: str | None = None,
+            sizes: dict[str, int] | None = None) -> list:
     """``function(*args)`` for every ``name: args`` of ``runs``: ``jobs`` at a time on this machine,
     or, given ``ray_address``, as one-CPU tasks on that Ray cluster. Returns the results in the
-    order of ``runs``; raises :class:`SweepFailed` once every run has ended if any raised."""
+    order of ``runs``; raises :class:`SweepFailed` once every run has ended if any raised.
+    ``sizes``: how many runs each item trains (a group of batched seeds), so the bar counts runs."""
     from tqdm import tqdm   # here, not at the top: the CLI's parser imports this module
 
     finished = _on_ray(function, runs, jobs, ray_address) if ray_address else _here(function, runs, jobs)
@@ -57,14 +59,16 @@ def run_all(function: Callable, runs: dict[str, tuple], jobs: int = 2, ray_addre
     # ends of runs, not steps: the estimate of what is left is the mean time per run so far;
     # closing(): an interrupt here, between two runs' ends, still stops the workers before it goes on
     bar_format = "{n_fmt}/{total_fmt} runs done [{elapsed} so far, {remaining} left]"
-    with closing(finished), tqdm(total=len(runs), bar_format=bar_format, disable=not SHOW_PROGRESS) as progress:
+    sizes = sizes or dict.fromkeys(runs, 1)
+    with closing(finished), tqdm(total=sum(sizes.values()), bar_format=bar_format,
+                                 disable=not SHOW_PROGRESS) as progress:
         for name, result, error in finished:
             if error is None:
                 results[name] = result
             else:
                 failures[name] = error
                 progress.write(f"{name} failed: {type(error).__name__}: {error}")
-            progress.update()
+            progress.update(sizes[name])
     if failures:
         raise SweepFailed(failures, len(runs))
     return [results[name] for name in runs]
