@@ -160,6 +160,41 @@ def test_cope_training_rule_matches_the_reference_forward_and_backward(monkeypat
         assert error <= 4 * reference_error + 1e-5, f"{what}: {error:.3g} against the float32 reference's {reference_error:.3g}"
 
 
+@used_here
+@pytest.mark.parametrize("views", [1, 2], ids=["trela", "tda"])
+@pytest.mark.parametrize("shape, p, beta", [((1, 1, 1, 16), 2.0, 0.3), ((2, 70, 3, 20), 2.0, 0.3),
+                                            ((2, 37, 2, 16), 1.5, -0.4), ((2, 33, 1, 12), 1.0, 0.6)],
+                         ids=["T1", "p2", "p1.5-negative-beta", "p1"])
+def test_threshold_training_rule_matches_the_reference_forward_and_backward(monkeypatch, views, shape, p, beta):
+    """trela's and TDA's C rule in training (kernels.threshold.rows.ThresholdRowsFunction's blocks in
+    float32) against the float64 reference, forward and the gradients of each view's q and k, v, beta
+    and lambda, in blocks of 16 rows (T = 70, 37 and 33 end in a partial one), with a fifth of the
+    causal keys above the threshold (p = 2), most of them (beta < 0, p = 1.5) and a few (p = 1): as
+    close as the float32 reference is, up to a factor of 4, plus 1e-5 (each tensor named on failure)."""
+    import kernels.tooling.rows
+
+    monkeypatch.setattr(kernels.tooling.rows, "ROWS", 16)
+    calls = []
+    monkeypatch.setattr(native, "threshold_backward_",
+                        lambda *a, run=native.threshold_backward_: calls.append(1) or run(*a))
+    B, T, H, D = shape
+    q, k, v, q2, k2 = draw(B, T, H, D, seed=10)
+    inputs = [*map(unit, (q, k, q2, k2)[:2 * views]), v, torch.tensor(beta), *[torch.tensor(0.6)][:views - 1]]
+    d_z = torch.randn(B, T, H, D, generator=torch.Generator().manual_seed(2))
+    paths = {1: [("rows", threshold_rows), ("reference", threshold_reference)],
+             2: [("rows", differential_threshold_rows), ("reference", differential_threshold_reference)]}[views]
+    results = {}
+    for name, fn, dtype in [*((name, fn, torch.float32) for name, fn in paths), ("exact", paths[1][1], torch.float64)]:
+        leaves = [t.to(dtype).requires_grad_() for t in inputs]
+        z = fn(*leaves, p=p)
+        results[name] = (z, *torch.autograd.grad(z, leaves, d_z.to(dtype)))
+    assert calls, "the native rule did not run"
+    names = ("z", "dq1", "dk1", "dq2", "dk2")[:1 + 2 * views] + ("dv", "d_beta", "d_lam")[:1 + views]
+    for what, ours, reference, exact in zip(names, *results.values()):
+        error, reference_error = ((t.double() - exact).abs().max() for t in (ours, reference))
+        assert error <= 4 * reference_error + 1e-5, f"{what}: {error:.3g} against the float32 reference's {reference_error:.3g}"
+
+
 def test_threshold_rows_where_nothing_survives_are_zero():
     """beta large enough that no key passes tau beyond the first rows: those rows output exactly 0."""
     q, k, v, q2, k2 = (unit(t) for t in draw(2, 30, 2, 16, seed=4))

@@ -15,7 +15,11 @@ from kernels.tooling.rows import (at_rows, heads_first, heads_last, inference_bl
 class ThresholdRowsFunction(torch.autograd.Function):
     """``(lam, p, tau, v, q1, k1[, q2, k2]) -> sum_j (a1_ij - lam a2_ij) v_j`` with
     ``a_ij = (s_ij - tau_i)_+^p`` on causal keys, ``tau [bh, pos]``; one view when only
-    q1, k1 are given (lam is then ignored)."""
+    q1, k1 are given (lam is then ignored). In float32 on the CPU each block's chain from the
+    scores to the weights, and back from the weights' gradient to the scores', runs in one pass of
+    a C kernel (:func:`kernels.tooling.native.threshold_weights_`) where PyTorch makes about ten
+    each way; equal up to float rounding. Products accumulate into the gradients (``baddbmm_``) and
+    write into the outputs (``out=``) without a temporary: the same floats as an add or a copy."""
 
     @staticmethod
     def weights(lam, p, tau, views, heads, rows, keep_views=True):
@@ -32,12 +36,39 @@ class ThresholdRowsFunction(torch.autograd.Function):
         return A, R
 
     @staticmethod
+    def native_weights(lam, p, tau, views, rows):
+        """:meth:`weights` of a training block, the chain after the products in C."""
+        keys = slice(0, rows.stop)
+        R = [torch.bmm(q[:, rows], k[:, keys].transpose(1, 2)) for q, k in zip(views[0::2], views[1::2])]
+        return native.threshold_weights_(R, tau, lam, p, rows.start), R
+
+    @staticmethod
+    def score_gradients(dA, R, lam, p, rows, d_tau, d_lam):
+        """Each view's scores' gradient from the block's weights' gradient ``dA`` and rectified
+        views ``R``; tau's gradient at the block's rows and lam's (two views) added into ``d_tau``
+        and ``d_lam``."""
+        dS = []
+        for view, r in enumerate(R):
+            # d/ds (s - tau)_+^p = p (s - tau)_+^(p-1), 0 where the key did not survive
+            d = dA * (r if p == 2 else r.pow(p - 1).mul_(r > 0))
+            if view == 1:  # d/d lam of -lam a2: -sum dA (s - tau)_+^p
+                d_lam -= torch.dot(d.flatten(), r.flatten())
+            dS.append(d.mul_(p if view == 0 else -lam * p))
+            d_tau[:, rows] -= d.sum(-1)
+        return dS
+
+    @staticmethod
     def forward(ctx, lam, p, tau, v, *views):
+        ctx.native = native.trainable(tau, v, *views)
+        tau_rows = tau.contiguous() if ctx.native else tau
         z = torch.empty_like(v)
         ctx.blocks = []
         for rows in row_blocks(v.shape[1]):
-            A, R = ThresholdRowsFunction.weights(lam, p, tau, views, slice(None), rows)
-            z[:, rows] = torch.bmm(A, v[:, :rows.stop])
+            if ctx.native:
+                A, R = ThresholdRowsFunction.native_weights(float(lam), p, tau_rows, views, rows)
+            else:
+                A, R = ThresholdRowsFunction.weights(lam, p, tau, views, slice(None), rows)
+            torch.bmm(A, v[:, :rows.stop], out=z[:, rows])
             ctx.blocks.append((rows, A, R))
         ctx.p = p
         ctx.save_for_backward(lam, tau, v, *views)
@@ -46,26 +77,33 @@ class ThresholdRowsFunction(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dz):
+        # in the forward's float32 even when backward() is called under autocast, which would
+        # otherwise run the products in half precision beside the saved float32 maps
+        with torch.autocast(dz.device.type, enabled=False):
+            return ThresholdRowsFunction.float32_backward(ctx, dz)
+
+    @staticmethod
+    def float32_backward(ctx, dz):
         lam, tau, v, *views = ctx.saved_tensors
         p = ctx.p
-        coefs = [1.0, -lam][:len(views) // 2]
-        d_views = [torch.zeros_like(t) for t in views]
-        dv, d_tau, d_lam = torch.zeros_like(v), torch.zeros_like(tau), torch.zeros_like(lam)
+        # q's gradient is written block by block, k's and v's accumulate over the blocks
+        d_views = [(torch.empty_like if i % 2 == 0 else torch.zeros_like)(t) for i, t in enumerate(views)]
+        dv, d_tau = torch.zeros_like(v), torch.zeros_like(tau)
+        d_lam = torch.zeros(tau.shape[0], dtype=torch.float64) if ctx.native else torch.zeros_like(lam)
+        lam_value = float(lam)
         for rows, A, R in ctx.blocks:
             keys = slice(0, rows.stop)
             dA = torch.bmm(dz[:, rows], v[:, keys].transpose(1, 2))
-            dv[:, keys] += torch.bmm(A.transpose(1, 2), dz[:, rows])
-            for view, (c, r) in enumerate(zip(coefs, R)):
-                # d/ds (s - tau)_+^p = p (s - tau)_+^(p-1), 0 where the key did not survive
-                dS = dA * (r if p == 2 else r.pow(p - 1).mul_(r > 0))
-                if view == 1:  # d/d lam of -lam a2: -sum dA (s - tau)_+^p
-                    d_lam -= torch.dot(dS.flatten(), r.flatten())
-                dS.mul_(c * p)
-                d_tau[:, rows] -= dS.sum(-1)
+            dv[:, keys].baddbmm_(A.transpose(1, 2), dz[:, rows])
+            if ctx.native:
+                dS = native.threshold_backward_(dA, R, lam_value, p, rows.start, d_tau, d_lam)
+            else:
+                dS = ThresholdRowsFunction.score_gradients(dA, R, lam, p, rows, d_tau, d_lam)
+            for view, d in enumerate(dS):
                 q, k = views[2 * view], views[2 * view + 1]
-                d_views[2 * view][:, rows] = torch.bmm(dS, k[:, keys])
-                d_views[2 * view + 1][:, keys] += torch.bmm(dS.transpose(1, 2), q[:, rows])
-        return d_lam, None, d_tau, dv, *d_views
+                torch.bmm(d, k[:, keys], out=d_views[2 * view][:, rows])
+                d_views[2 * view + 1][:, keys].baddbmm_(d.transpose(1, 2), q[:, rows])
+        return d_lam.sum().to(lam.dtype), None, d_tau, dv, *d_views
 
 
 def rectified_rows(tau, v, *views, lam=None, p: float = 2.0, positions=None) -> torch.Tensor:

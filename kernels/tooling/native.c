@@ -1,7 +1,8 @@
 /* Fused CPU attention for a forward without backward (the evaluation's): the core of softmax
  * attention, Diff, CoPE, trela and TDA, with no [query, key] tensor in memory; and, at the end,
- * trela's and TDA's rotated unit queries and keys with their gradient (training's too). Built
- * and loaded by kernels/tooling/native.py.
+ * trela's and TDA's rotated unit queries and keys with their gradient, and the training path's
+ * block rules of CoPE, Shaw, trela and TDA (training's too). Built and loaded by
+ * kernels/tooling/native.py.
  *
  * Work goes by groups of GROUP query rows of one sequence-head, so that each key (a vector of
  * LANES keys' values of one dimension) loaded from memory serves GROUP rows. Per group:
@@ -450,6 +451,77 @@ int shaw_rule_backward(const float *dL, int64_t n_bh, int64_t n_rows, int64_t fi
         float *db_row = dB + ((row / n_rows) * n_pos + i) * n_dist;
         for (int64_t j = 0; j <= i; j++)
             db_row[i - j < n_dist ? i - j : n_dist - 1] += dL[at + j];
+    }
+    return 0;
+}
+
+/* trela's and TDA's weights and their gradient in training (TDA paper Sec. 4.1-4.2,
+ * kernels/threshold/rows.py), for the PyTorch blocks of query rows laid out as CoPE's above, the
+ * threshold tau [n_bh, n_pos]: each view's scores S in place to its rectified scores r = (S -
+ * tau_i)_+ (0 on future keys), and the weights A = r1^p - lam r2^p (r1^p when S2 is NULL), in one
+ * pass over each row where PyTorch makes some ten. */
+static float powered(float r, float p) { return p == 2.0f ? r * r : powf(r, p); }
+
+int threshold_rule_weights(float *S1, float *S2, const float *tau, int64_t n_bh, int64_t n_rows, int64_t first_row,
+                           int64_t n_keys, int64_t n_pos, float lam, float p, float *A) {
+    for (int64_t row = 0; row < n_bh * n_rows; row++) {
+        const int64_t i = first_row + row % n_rows, n = i + 1, at = row * n_keys;
+        const float tau_i = tau[(row / n_rows) * n_pos + i];
+        float *restrict r1 = S1 + at, *restrict a = A + at;
+        for (int64_t j = 0; j < n; j++) {
+            r1[j] = fmaxf(r1[j] - tau_i, 0.0f);
+            a[j] = powered(r1[j], p);
+        }
+        zero_from(r1, n, n_keys);
+        zero_from(a, n, n_keys);
+        if (!S2)
+            continue;
+        float *restrict r2 = S2 + at;
+        for (int64_t j = 0; j < n; j++) {
+            r2[j] = fmaxf(r2[j] - tau_i, 0.0f);
+            a[j] -= powered(r2[j], p) * lam;
+        }
+        zero_from(r2, n, n_keys);
+    }
+    return 0;
+}
+
+/* d/dr r^p = p r^(p-1), 0 where the key did not survive (r = 0; p = 1 included). */
+static float power_slope(float r, float p) { return p == 2.0f ? r : r > 0.0f ? powf(r, p - 1.0f) : 0.0f; }
+
+/* From the weights' gradient dA of a block (in place: view 1's scores' gradient on return) and the
+ * views' rectified scores r1, r2 (r2 NULL for one view): dS1 = p r1^(p-1) dA and, into dS2, dS2 =
+ * -lam p r2^(p-1) dA, 0 on future keys; tau's gradient at the block's rows, d_tau_i = -sum_j (dS1_ij
+ * + dS2_ij) (written into d_tau [n_bh, n_pos]), and lam's, -sum_j r2_ij^(p-1) dA_ij r2_ij (added
+ * into d_lam [n_bh], per sequence-head). */
+int threshold_rule_backward(float *dA, const float *r1, const float *r2, int64_t n_bh, int64_t n_rows,
+                            int64_t first_row, int64_t n_keys, int64_t n_pos, float lam, float p, float *dS2,
+                            float *d_tau, double *d_lam) {
+    for (int64_t row = 0; row < n_bh * n_rows; row++) {
+        const int64_t h = row / n_rows, i = first_row + row % n_rows, n = i + 1, at = row * n_keys;
+        float *restrict d1 = dA + at;
+        float total = 0.0f;
+        if (r2) {   /* first, while d1 still holds dA; in loops along the row that the compiler vectorises */
+            const float *restrict x2 = r2 + at;
+            float *restrict d2 = dS2 + at;
+            float inhibition = 0.0f;
+            for (int64_t j = 0; j < n; j++)
+                d2[j] = d1[j] * power_slope(x2[j], p);
+            for (int64_t j = 0; j < n; j++) {
+                inhibition += d2[j] * x2[j];
+                d2[j] *= -lam * p;
+                total += d2[j];
+            }
+            zero_from(d2, n, n_keys);
+            d_lam[h] -= inhibition;
+        }
+        const float *restrict x1 = r1 + at;
+        for (int64_t j = 0; j < n; j++) {
+            d1[j] = d1[j] * power_slope(x1[j], p) * p;
+            total += d1[j];
+        }
+        zero_from(d1, n, n_keys);
+        d_tau[h * n_pos + i] = -total;
     }
     return 0;
 }

@@ -3,8 +3,8 @@ evaluation's) the attention core of softmax attention without a bias (NoPE, APE,
 Diff, CoPE, trela and TDA, four query rows at a time, each loop vectorised along the keys; in
 training too, trela's and TDA's q~ and k~ (RoPE then unit length) and their gradient, one pass
 over each row each way where PyTorch makes about ten (:func:`rotated_unit_forward`), and CoPE's
-logits and their gradient in the training path's blocks (:func:`cope_positions`), and Shaw's
-(:func:`shaw_logits_`).
+logits and their gradient in the training path's blocks (:func:`cope_positions`), Shaw's
+(:func:`shaw_logits_`), and trela's and TDA's weights and their gradient (:func:`threshold_weights_`).
 
 At the ``mech`` head size (d_head 16, 8 per Diff view) PyTorch's own paths are far from the
 matmul roofline (its fused attention does about 40 GFLOP/s there, of 160-200): each query
@@ -75,6 +75,8 @@ SIGNATURES = {
     "cope_rule_backward": [_PTR] * 4 + [_I64] * 6 + [_PTR],
     "shaw_rule_logits": [_PTR] * 2 + [_I64] * 6,
     "shaw_rule_backward": [_PTR] + [_I64] * 6 + [_PTR],
+    "threshold_rule_weights": [_PTR] * 3 + [_I64] * 5 + [_F32, _F32, _PTR],
+    "threshold_rule_backward": [_PTR] * 3 + [_I64] * 5 + [_F32, _F32] + [_PTR] * 3,
 }
 PAD = 16  # native.c's PAD: keys and values are padded to a multiple of it, a multiple of every vector width
 
@@ -348,7 +350,8 @@ def rotated_unit_backward(u: torch.Tensor, length: torch.Tensor, du: torch.Tenso
 
 
 def _blocks(*maps: torch.Tensor) -> None:
-    """Refuse maps the block kernels (CoPE's, Shaw's) cannot read in place: float32 and contiguous."""
+    """Refuse maps the block kernels (CoPE's, Shaw's, the threshold's) cannot read in place: float32 and
+    contiguous."""
     for m in maps:
         if m.dtype != torch.float32 or not m.is_contiguous():
             raise ValueError(f"the native block kernels take contiguous float32 maps, got {m.dtype} with strides "
@@ -429,3 +432,44 @@ def shaw_backward(dL: torch.Tensor, first_row: int, d_by_distance: torch.Tensor)
                                      *d_by_distance.shape[1:], d_by_distance[lo:hi].data_ptr())
 
     _split(n_bh, call)
+
+
+def threshold_weights_(scores: list[torch.Tensor], tau: torch.Tensor, lam: float, p: float, first_row: int
+                       ) -> torch.Tensor:
+    """trela's or TDA's weights ``A = r1^p - lam r2^p`` of a training block, from each view's scores
+    ``[bh, rows, keys]`` (one or two views; in place to the rectified scores ``r = (s - tau_i)_+``, 0
+    on future keys), its rows the queries at ``first_row`` onwards, and ``tau [bh, pos]``
+    (:class:`kernels.threshold.rows.ThresholdRowsFunction`'s forward)."""
+    _blocks(*scores, tau)
+    S1, S2 = (*scores, None)[:2]
+    n_bh, n_rows, n_keys = S1.shape
+    A = torch.empty_like(S1)
+
+    def call(lo: int, hi: int) -> None:
+        library().threshold_rule_weights(S1[lo:hi].data_ptr(), None if S2 is None else S2[lo:hi].data_ptr(),
+                                         tau[lo:hi].data_ptr(), hi - lo, n_rows, first_row, n_keys, tau.shape[1], lam,
+                                         p, A[lo:hi].data_ptr())
+
+    _split(n_bh, call)
+    return A
+
+
+def threshold_backward_(dA: torch.Tensor, rectified: list[torch.Tensor], lam: float, p: float, first_row: int,
+                        d_tau: torch.Tensor, d_lam: torch.Tensor) -> list[torch.Tensor]:
+    """Each view's scores' gradient from a training block's weights' gradient ``dA`` (in place: view
+    1's) and the views' ``rectified`` scores (:func:`threshold_weights_`'s); tau's gradient at the
+    block's rows written into ``d_tau [bh, pos]``, and with two views lam's added into ``d_lam``,
+    float64 ``[bh]``."""
+    _blocks(dA, *rectified, d_tau)
+    r1, r2 = (*rectified, None)[:2]
+    n_bh, n_rows, n_keys = dA.shape
+    dS2 = None if r2 is None else torch.empty_like(r2)
+
+    def call(lo: int, hi: int) -> None:
+        library().threshold_rule_backward(dA[lo:hi].data_ptr(), r1[lo:hi].data_ptr(),
+                                          None if r2 is None else r2[lo:hi].data_ptr(), hi - lo, n_rows, first_row,
+                                          n_keys, d_tau.shape[1], lam, p, None if dS2 is None else dS2[lo:hi].data_ptr(),
+                                          d_tau[lo:hi].data_ptr(), d_lam[lo:hi].data_ptr())
+
+    _split(n_bh, call)
+    return [dA] if dS2 is None else [dA, dS2]

@@ -82,9 +82,15 @@ def rotated_unit(x: torch.Tensor, rotate: bool = True) -> torch.Tensor:
     """``x [batch, pos, head, d_head]`` rotated by RoPE (when ``rotate``) and scaled to unit
     length along its last axis, in at least float32: trela's and TDA's q~ and k~
     (:class:`RotatedUnit`; under a ``torch.func`` transform, as the campaign's batched seeds run,
-    the two functions themselves, the floats of its PyTorch path: torch refuses an autograd
+    :func:`rotated_unit_reference`, the floats of its PyTorch path: torch refuses an autograd
     Function without a rule of its own for the transform)."""
-    x = upcast(x)
     if torch._C._are_functorch_transforms_active():
-        return F.normalize(apply_rope(x) if rotate else x, dim=-1, eps=NORMALISE_EPS)
-    return RotatedUnit.apply(x, rotate)
+        return rotated_unit_reference(x, rotate)
+    return RotatedUnit.apply(upcast(x), rotate)
+
+
+def rotated_unit_reference(x: torch.Tensor, rotate: bool = True) -> torch.Tensor:
+    """:func:`rotated_unit` as the two functions themselves, plain PyTorch: ``F.normalize(apply_rope(x))``
+    in at least float32 (the threshold mechanisms' reference path, and what ``torch.func`` batches)."""
+    x = upcast(x)
+    return F.normalize(apply_rope(x) if rotate else x, dim=-1, eps=NORMALISE_EPS)

@@ -63,17 +63,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from kernels.tooling.common import upcast
 from kernels.threshold.reference import differential_threshold_reference, threshold_reference
 from kernels.threshold.rows import differential_threshold_rows, threshold_rows
 from models.attention.base import Attention, imported_on_call, register, rms_normalise
 from models.attention.diff import OUTPUT_NORM_EPS
-from models.attention.rope import apply_rope, rotated_unit
+from models.attention.rope import rotated_unit, rotated_unit_reference
 
 
 @dataclass
@@ -118,11 +116,8 @@ class ThresholdAttention(Attention):
         """q~ or k~: RoPE (optional) then L2 normalisation, in float32. For the fast paths with the
         backward written out (:func:`models.attention.rope.rotated_unit`); for the reference the two
         functions themselves, plain PyTorch as the reference is (and as ``vmap`` batches it:
-        ``interp.training.batched`` runs the reference)."""
-        if impl != "reference":
-            return rotated_unit(x, self.options.rope)
-        x = upcast(x)
-        return F.normalize(apply_rope(x) if self.options.rope else x, dim=-1)
+        ``interp.training.batched`` runs the reference): :func:`models.attention.rope.rotated_unit_reference`."""
+        return (rotated_unit_reference if impl == "reference" else rotated_unit)(x, self.options.rope)
 
     def core_options(self) -> dict:
         return {"beta": self.beta, "kappa": self.options.kappa, "p": self.options.p}
