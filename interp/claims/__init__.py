@@ -152,6 +152,7 @@ def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
     """A block on lines of its own starts and ends with a newline; the README's is inline."""
     from interp.bench.load import load_markdown, train_markdown
     from interp.studies.campaign import throughput_markdown
+    from interp.studies.pretrained import specimens_markdown
 
     return {("docs/results/claims.md", "claims-table"): "\n" + to_markdown(frame),
             ("docs/results/claims.md", "claims-counts"): "\n" + counts_sentence(frame) + ".\n",
@@ -161,6 +162,7 @@ def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
             ("docs/results/benchmarks.md", "under-load"): "\n" + load_markdown(),
             ("docs/results/benchmarks.md", "train-step"): "\n" + train_markdown(),
             ("docs/results/benchmarks.md", "campaign-throughput"): "\n" + throughput_markdown(ROOT),
+            ("docs/explanation/specimens.md", "specimens"): "\n" + specimens_markdown(),
             ("README.md", "claims-counts"): counts_sentence(frame) + f". {VERDICT_RULE} ([the claims table and how a "
             "verdict is reached](docs/results/claims.md#the-papers-claims-tested))."}
 
