@@ -36,8 +36,10 @@ AUTOMATON_SHARP = "automaton-1l-sharp"
 # The App. A pair that the rule of ``glitchlens reproduce app-a`` chose (interp.studies.registry.APP_A_RULE)
 TRA_APP_A, FOT_APP_A = "tra-app-a", "fot-app-a"
 DIFF, TRELA = "diff-mech", "trela-mech"
+# trela in the TDA paper's regime, beta ramped to 1 as TDA_BETA1's (the premise of its Theorem 4.4)
+TRELA_BETA1 = "trela-beta1"
 # Every shipped specimen trained on the flip-flop language (the automaton ones are not)
-FLIPFLOP_SPECIMENS = (ROPE, TRA, FOT, TRA_APP_A, FOT_APP_A, COPE, DIFF, TRELA, TDA, TDA_BETA1)
+FLIPFLOP_SPECIMENS = (ROPE, TRA, FOT, TRA_APP_A, FOT_APP_A, COPE, DIFF, TRELA, TRELA_BETA1, TDA, TDA_BETA1)
 SEED = 0
 WINDOW_TOKENS = 80
 N_CANDIDATES = 8

@@ -164,8 +164,7 @@ ENTRIES: dict[str, Entry] = {
     # Theorem 4.4's premise is beta >= 1 (trela-mech learned 0.13): tda-beta1's schedule and seed for trela.
     "trela-beta1": Entry("trela (single-view threshold rectified attention), 2 layers x 4 heads, d_model 64, trained "
                          "at T = 512 with its threshold at the TDA paper's beta = 1 (held at 0, ramped to 1 and held "
-                         "there, as tda-beta1; about 3.5 hours of one CPU core, so built on a GPU)",
-                         tda_threshold_sweep_run(0, 4500, "trela"), gpu=True),
+                         "there, as tda-beta1)", tda_threshold_sweep_run(0, 4500, "trela")),
     "automaton-1l": Entry("softmax attention with RoPE, 1 layer x 1 head, d_model 128, trained at T = 128 on the "
                           "flip-flop automaton simulation task (flip-flop paper Def. 1, p(bottom) = 0.5)",
                           AUTOMATON_1L),
