@@ -14,6 +14,7 @@ from interp.studies import campaign, registry
 from interp.studies.cope_tasks import cope_task_run
 from interp.studies.campaign import plan_groups, read_plan, schedule
 from interp.studies.seed_groups import Group, PlannedRun
+from interp.studies.reproduce import flipflop_evaluation
 from interp.training.batched import (
     BatchStopped, SeedRun, SeedStack, masked_mean_loss, train_batched, unbatchable, vmap_fallbacks,
 )
@@ -202,7 +203,7 @@ def test_a_batch_that_cannot_finish_by_the_deadline_stops_once_its_rate_says_so(
 
 def test_no_group_starts_after_the_training_deadline(tmp_path):
     model_cfg, cfg = tiny_configs(steps=4)
-    run = PlannedRun(str(tmp_path), "rope-seed0", model_cfg, cfg, {"model": "rope", "seed": 0}, 2, "table1")
+    run = PlannedRun(str(tmp_path), "rope-seed0", model_cfg, cfg, {"model": "rope", "seed": 0}, 2, flipflop_evaluation)
     log = tmp_path / "campaign.jsonl"
     record = campaign.train_group(Group((run,), None), "cpu", time.time() - 1, 60, str(log), 0.0)
     assert record["status"].startswith("not started") and not run.run_dir.exists()

@@ -138,6 +138,9 @@ def write_report(out, name: str) -> None:
 
 
 def test_batch_seeds_is_auto_on_or_off_and_anything_else_is_one_line(tmp_path, monkeypatch, capsys):
+    from interp.studies import sweeps
+
+    monkeypatch.setattr(sweeps, "SHOW_PROGRESS", sweeps.SHOW_PROGRESS)   # `reproduce --quiet` in this process clears it
     assert [batching(choice, device) for choice in ("auto", "on", "off") for device in ("cpu", "cuda")] == [
         False, True, True, True, False, False]   # auto: batched on CUDA only (interp.studies.seed_groups)
     chosen = []

@@ -312,6 +312,8 @@ def measure(names: list[str] | None = None, progress: bool = True) -> list[str]:
     (``progress``). Returns the files written."""
     from tqdm.auto import tqdm
 
+    from interp.outputs import staged_file
+
     names = list(MEASUREMENTS) if not names else names
     unknown = [n for n in names if n not in MEASUREMENTS and n not in STUDIES]
     if unknown:
@@ -328,6 +330,7 @@ def measure(names: list[str] | None = None, progress: bool = True) -> list[str]:
             continue
         frame = MEASUREMENTS[name][0]()
         path = CACHE / f"{name}.csv"
-        frame.to_csv(path, index=False)
+        with staged_file(path) as stage:   # listed in the folder's record, never over another's file
+            frame.to_csv(stage, index=False)
         written.append(str(path))
     return written

@@ -3,7 +3,7 @@
 A plan (a JSON file, docs/how-to/run-on-a-gpu.md "A campaign") is a list of entries in the order
 of what each settles; each entry names runs of the studies by the studies' own definitions, so
 they train into the studies' usual directories under their usual names and their ``result.json``
-is the sweeps' own (:func:`interp.studies.reproduce.write_result`): ``glitchlens claims`` and
+is the sweeps' own (:func:`interp.studies.seed_groups.write_result`): ``glitchlens claims`` and
 ``glitchlens reproduce ... --report-only`` read them as if the sweep had trained them.
 
 Entry keys: ``out`` (the sweep's directory, e.g. ``runs/cope-tasks``, required), ``settles`` (a
@@ -25,7 +25,7 @@ of one configuration but for the seed, at one checkpoint step, train as one batc
 seed: ``vmap_fallbacks``); a configuration that cannot be batched
 (:func:`interp.training.batched.unbatchable`), or whose attention reference ``vmap`` refuses (a
 mechanism of one's own), trains one process per seed
-(:func:`interp.studies.reproduce.train_and_evaluate`), and the log says which and why. ``jobs``
+(:func:`interp.studies.seed_groups.train_and_evaluate`), and the log says which and why. ``jobs``
 groups train at once, each in a process of its own, in plan order.
 
 ``--budget-s``: the campaign ends within that many seconds. Training stops ``reserve_s`` before

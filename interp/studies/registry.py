@@ -4,7 +4,7 @@ learned or not.
 
 A study is a set of named runs, each a :class:`interp.studies.specimens.Specimen` (a model, a size, a
 recipe and the options beyond them), trained and evaluated as ``reproduce table1``'s runs are
-(:func:`interp.studies.reproduce.train_and_evaluate`): ``OUT/runs/NAME/result.json`` is written when a
+(:func:`interp.studies.seed_groups.train_and_evaluate`): ``OUT/runs/NAME/result.json`` is written when a
 run ends, a run with one is read back and not trained again, and an unfinished run resumes
 from its last checkpoint (every 100 steps). Each result records the ``glitchlens train``
 command that trains the same run. What each study measures, and which run it ships, is
@@ -214,7 +214,8 @@ def planned_run(study: str, name: str, run: Specimen, out: str | Path, eval_n: i
     """Run ``name`` of ``study`` as its sweep in ``out`` trains it (:func:`study_run`) and evaluates
     it (the study's evaluation, on the first ``eval_n`` sequences)."""
     (model_cfg, train_cfg), header = study_run(name, run)
-    return PlannedRun(str(out), name, model_cfg, train_cfg, header, eval_n, study)
+    return PlannedRun(str(out), name, model_cfg, train_cfg, header, eval_n,
+                      EVALUATIONS.get(study, flipflop_evaluation))
 
 
 def run_study_one(study: str, name: str, run: Specimen, out: str) -> dict:

@@ -24,19 +24,17 @@ Scales (the same for every model: no model is tuned more than another):
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from interp.outputs import read_bytes, staged, staged_file
+from interp.outputs import staged
 from interp.studies.scales import SCALES, Scale
+from interp.studies.seed_groups import PlannedRun, read_result, run_groups, train_alone
 from interp.studies.sweeps import run_all
 
 if TYPE_CHECKING:  # pandas costs a second to import: only the commands that tabulate import it
     import pandas as pd
-
-    from interp.studies.seed_groups import PlannedRun
 
 TABLE1_MODELS = ("nope", "ape", "rel", "rope", "label", "fot", "diff", "cope", "tra", "tda", "trela", "lstm")
 SPLIT_ORDER = ("iid", "dense", "sparse")
@@ -70,12 +68,6 @@ QUICK_EVAL_N = 100
 HELD_OUT_N = 1000
 
 
-def learning_curve(run_dir: Path) -> list[tuple[int, float]]:
-    """``(step, iid full-sequence accuracy)`` of every quick check in a run's ``log.jsonl``."""
-    records = [json.loads(line) for line in read_bytes(run_dir / "log.jsonl", "training log").decode().splitlines()]
-    return [(r["step"], r["eval"]["iid"]["sequence_accuracy"]) for r in records if "eval" in r]
-
-
 def run_name(model: str, seed: int) -> str:
     """The directory of one run of a sweep, under ``out/runs``."""
     return f"{model}-seed{seed}"
@@ -85,17 +77,13 @@ def run_one(model: str, seed: int, scale: Scale, out: str, device: str = "cpu") 
     """Train and evaluate one (model, seed) on ``device``; return its result (read from disk if
     done). The result names the device: runs of one configuration differ between devices by
     float rounding."""
-    from interp.studies.seed_groups import train_alone
-
     return train_alone(table1_run(model, seed, scale, out, device), device)
 
 
 def table1_run(model: str, seed: int, scale: Scale, out: str | Path, device: str) -> PlannedRun:
     """One (model, seed) of a Table 1 sweep in ``out`` as ``interp.studies.seed_groups`` trains it."""
-    from interp.studies.seed_groups import PlannedRun
-
     return PlannedRun(str(out), run_name(model, seed), *configs(model, seed, scale),
-                      table1_header(model, seed, scale, device), scale.eval_n, "table1")
+                      table1_header(model, seed, scale, device), scale.eval_n, flipflop_evaluation)
 
 
 def table1_header(model: str, seed: int, scale: Scale, device: str) -> dict:
@@ -114,35 +102,6 @@ def flipflop_evaluation(model, train_cfg, eval_n: int | None) -> dict:
     n_held_out = HELD_OUT_N if eval_n is None else min(HELD_OUT_N, eval_n)
     return {"splits": {name: r.to_dict() for name, r in evaluation.items()},
             "held_out": evaluate_tokens(model, held_out(n_held_out, train_cfg.seq_len), "held-out").to_dict()}
-
-
-def train_and_evaluate(run_dir: Path, run_configs: tuple, header: dict, eval_n: int | None,
-                       evaluate=flipflop_evaluation, device: str = "cpu") -> dict:
-    """Train one run of a sweep in ``run_dir`` (resuming it if it stopped) on one torch thread,
-    evaluate it (``evaluate(model, train_cfg, eval_n)``, by default :func:`flipflop_evaluation`)
-    and write ``result.json`` atomically: ``header``, the learning curve and the evaluation. A run
-    whose ``result.json`` exists is read back, not trained again."""
-    import torch
-
-    from interp.training.loop import train
-
-    result_file = run_dir / "result.json"
-    if result_file.exists():
-        return read_result(result_file)
-    torch.set_num_threads(1)
-    model_cfg, train_cfg = run_configs
-    trained = train(model_cfg, train_cfg, run_dir, resume=True, progress=False, device=device)
-    return write_result(run_dir, trained, train_cfg, header, eval_n, evaluate)
-
-
-def write_result(run_dir: Path, trained, train_cfg, header: dict, eval_n: int | None, evaluate=flipflop_evaluation
-                 ) -> dict:
-    """Evaluate a run's trained model and write its ``result.json`` atomically: ``header``, the
-    learning curve of its ``log.jsonl`` and the evaluation (the sweeps' and the campaign's one schema)."""
-    result = {**header, "learning_curve": learning_curve(run_dir), **evaluate(trained, train_cfg, eval_n)}
-    with staged_file(run_dir / "result.json", overwrite=True) as tmp:   # never through a link planted there
-        tmp.write_text(json.dumps(result, indent=2))
-    return result
 
 
 def check_configs(models: tuple[str, ...], scale: Scale) -> None:
@@ -201,8 +160,6 @@ def sweep(out: Path, scale: Scale, models: tuple[str, ...], seeds: int, jobs: in
             for seed in range(seeds) for model in models}
     check_finished_at(out, runs, scale)
     if batch_seeds:
-        from interp.studies.seed_groups import run_groups
-
         run_groups([table1_run(*args[:2], scale, out, device) for args in runs.values()], jobs, ray_address, device)
         results = finished_runs(out, models, seeds)
     else:
@@ -215,21 +172,6 @@ def finished_runs(out: Path, models: tuple[str, ...], seeds: int) -> list[dict]:
     order, then by seed."""
     files = [out / "runs" / run_name(model, seed) / "result.json" for model in models for seed in range(seeds)]
     return [read_result(f) for f in files if f.exists()]
-
-
-def read_result(path: Path) -> dict:
-    """A finished run's ``result.json``, or a ValueError naming the file when it is not one (edited,
-    truncated, or another tool's): a ``model``, a ``seed`` and ``splits`` mapping each split to its numbers."""
-    from interp.outputs import read_json
-
-    result = read_json(path, "run result")
-    splits = result.get("splits") if isinstance(result, dict) else None
-    if (not isinstance(splits, dict) or not isinstance(result.get("model"), str)
-            or not isinstance(result.get("seed"), int) or not all(
-                isinstance(s, dict) and isinstance(s.get("sequence_accuracy"), (int, float)) for s in splits.values())):
-        raise ValueError(f"{path}: not the result of a finished run (a model, a seed, splits with their accuracies); "
-                         "delete it to run that run again")
-    return result
 
 
 def recipe_result(result: dict) -> dict:

@@ -6,9 +6,9 @@ A :class:`PlannedRun` is one run of a study as its sweep names it: its directory
 evaluation. :func:`group_runs` puts the runs of one configuration but for the seed into one
 :class:`Group`, trained as one model by :func:`interp.training.batched.train_batched`; a run that
 cannot be batched (:func:`interp.training.batched.unbatchable`) is a group of its own, trained by
-the sweeps' :func:`interp.studies.reproduce.train_and_evaluate`. Either way each run's directory is
+the sweeps' :func:`train_and_evaluate`. Either way each run's directory is
 the per-run path's: its checkpoint, ``log.jsonl`` and ``result.json``
-(:func:`interp.studies.reproduce.write_result`, with the study's evaluation), so the reports,
+(:func:`write_result`, with the study's evaluation), so the reports,
 ``glitchlens claims``, resumption and the result committer read them alike. A group also takes
 the checkpoint step its runs resume from: the batched trainer starts every seed at one step, so
 the seeds a stopped sweep left at different steps train in one group per step.
@@ -45,27 +45,80 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from interp.outputs import read_bytes, staged_file
 
 # Seconds between a batched group's checkpoints (a run alone saves every ``checkpoint_every`` steps)
 CHECKPOINT_S = 120.0
 BATCH_SEEDS = ("auto", "on", "off")
 
 
+def learning_curve(run_dir: Path) -> list[tuple[int, float]]:
+    """``(step, iid full-sequence accuracy)`` of every quick check in a run's ``log.jsonl``."""
+    records = [json.loads(line) for line in read_bytes(run_dir / "log.jsonl", "training log").decode().splitlines()]
+    return [(r["step"], r["eval"]["iid"]["sequence_accuracy"]) for r in records if "eval" in r]
+
+
+def train_and_evaluate(run_dir: Path, run_configs: tuple, header: dict, eval_n: int | None,
+                       evaluate, device: str = "cpu") -> dict:
+    """Train one run of a sweep in ``run_dir`` (resuming it if it stopped) on one torch thread,
+    evaluate it (``evaluate(model, train_cfg, eval_n)``, e.g. :func:`interp.studies.reproduce.flipflop_evaluation`)
+    and write ``result.json`` atomically: ``header``, the learning curve and the evaluation. A run
+    whose ``result.json`` exists is read back, not trained again."""
+    import torch
+
+    from interp.training.loop import train
+
+    result_file = run_dir / "result.json"
+    if result_file.exists():
+        return read_result(result_file)
+    torch.set_num_threads(1)
+    model_cfg, train_cfg = run_configs
+    trained = train(model_cfg, train_cfg, run_dir, resume=True, progress=False, device=device)
+    return write_result(run_dir, trained, train_cfg, header, eval_n, evaluate)
+
+
+def write_result(run_dir: Path, trained, train_cfg, header: dict, eval_n: int | None, evaluate) -> dict:
+    """Evaluate a run's trained model and write its ``result.json`` atomically: ``header``, the
+    learning curve of its ``log.jsonl`` and the evaluation (the sweeps' and the campaign's one schema)."""
+    result = {**header, "learning_curve": learning_curve(run_dir), **evaluate(trained, train_cfg, eval_n)}
+    with staged_file(run_dir / "result.json", overwrite=True) as tmp:   # never through a link planted there
+        tmp.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def read_result(path: Path) -> dict:
+    """A finished run's ``result.json``, or a ValueError naming the file when it is not one (edited,
+    truncated, or another tool's): a ``model``, a ``seed`` and ``splits`` mapping each split to its numbers."""
+    from interp.outputs import read_json
+
+    result = read_json(path, "run result")
+    splits = result.get("splits") if isinstance(result, dict) else None
+    if (not isinstance(splits, dict) or not isinstance(result.get("model"), str)
+            or not isinstance(result.get("seed"), int) or not all(
+                isinstance(s, dict) and isinstance(s.get("sequence_accuracy"), (int, float)) for s in splits.values())):
+        raise ValueError(f"{path}: not the result of a finished run (a model, a seed, splits with their accuracies); "
+                         "delete it to run that run again")
+    return result
+
+
 @dataclass(frozen=True)
 class PlannedRun:
     """One run of a sweep: its sweep directory and name, its configs, what its ``result.json``
-    records before the evaluation, and the evaluation (a study name of
-    ``interp.studies.registry.EVALUATIONS``, else flip-flop's) on the first ``eval_n`` sequences."""
+    records before the evaluation, and the evaluation (the study's function ``(model, train_cfg,
+    eval_n) -> dict``: ``interp.studies.registry.EVALUATIONS``, else flip-flop's; given by the
+    caller, so this module needs no study) on the first ``eval_n`` sequences."""
     sweep: str
     name: str
     model_cfg: Any
     train_cfg: Any
     header: dict
     eval_n: int | None
-    evaluation: str
+    evaluation: Callable[[Any, Any, int | None], dict]
 
     @property
     def run_dir(self) -> Path:
@@ -107,7 +160,8 @@ def group_runs(runs: list[PlannedRun], batch_one: bool = True) -> list[Group]:
     for run in runs:
         why = unbatchable(run.model_cfg, run.train_cfg)
         key = (f"{run.run_dir}" if why else
-               json.dumps([run.sweep, run.eval_n, run.evaluation, run.model_cfg.to_dict(),
+               json.dumps([run.sweep, run.eval_n, f"{run.evaluation.__module__}.{run.evaluation.__qualname__}",
+                           run.model_cfg.to_dict(),
                            dataclasses.asdict(replace(run.train_cfg, seed=0)), checkpoint_step(run.run_dir)],
                           sort_keys=True, default=str))
         keyed.setdefault(key, []).append(run)
@@ -140,7 +194,7 @@ def train_group(group: Group, device: str, record_: dict, deadline: float | None
                 checkpoint_s: float = CHECKPOINT_S, project_after_s: float | None = None) -> None:
     """Train and evaluate ``group`` on ``device``, batched (``train_batched``'s ``deadline``,
     ``checkpoint_s`` and ``project_after_s``) or, not batchable or refused by ``vmap``, run by run
-    (:func:`interp.studies.reproduce.train_and_evaluate`); each finished run's ``result.json`` is
+    (:func:`train_and_evaluate`); each finished run's ``result.json`` is
     written. ``record_`` (:func:`new_record`) says how it went: status, steps, seconds, the runs
     finished, the seeds that diverged, the operations ``vmap`` ran seed by seed. A stop raises
     (``BatchStopped``, ``TrainingInterrupted``: every run saved at a checkpoint)."""
@@ -165,12 +219,10 @@ def run_groups(runs: list[PlannedRun], jobs: int, ray_address: str | None, devic
 
 
 def train_alone(run: PlannedRun, device: str = "cpu") -> dict:
-    """``run`` trained and evaluated alone, the per-run path (:func:`interp.studies.reproduce.train_and_evaluate`:
+    """``run`` trained and evaluated alone, the per-run path (:func:`train_and_evaluate`:
     resumed from its checkpoint, or read back when finished); its result."""
-    from interp.studies.reproduce import train_and_evaluate
-
     return train_and_evaluate(run.run_dir, (run.model_cfg, run.train_cfg), run.header, run.eval_n,
-                              _evaluation(run.evaluation), device=device)
+                              run.evaluation, device=device)
 
 
 def train_sweep_group(group: Group, device: str) -> list[dict]:
@@ -179,7 +231,6 @@ def train_sweep_group(group: Group, device: str) -> list[dict]:
     its sweep, once the others' results are written."""
     import torch
 
-    from interp.studies.reproduce import read_result
 
     torch.set_num_threads(1)
     record_ = new_record(group, device)
@@ -192,16 +243,8 @@ def train_sweep_group(group: Group, device: str) -> list[dict]:
     return [read_result(run.run_dir / "result.json") for run in group.runs]
 
 
-def _evaluation(name: str):
-    from interp.studies.registry import EVALUATIONS
-    from interp.studies.reproduce import flipflop_evaluation
-
-    return EVALUATIONS.get(name, flipflop_evaluation)
-
-
 def _train_batched(group: Group, device: str, deadline: float | None, checkpoint_s: float,
                    project_after_s: float | None, record_: dict) -> None:
-    from interp.studies.reproduce import write_result
     from interp.training.batched import BatchStopped, SeedRun, train_batched
 
     seeds = [SeedRun(r.run_dir, r.train_cfg) for r in group.runs]
@@ -223,7 +266,7 @@ def _train_batched(group: Group, device: str, deadline: float | None, checkpoint
     for run in group.runs:
         if str(run.run_dir) in outcome.trained:
             write_result(run.run_dir, outcome.trained[str(run.run_dir)], run.train_cfg, run.header, run.eval_n,
-                         _evaluation(run.evaluation))
+                         run.evaluation)
             record_["finished"].append(str(run.run_dir / "result.json"))
 
 
@@ -244,8 +287,6 @@ def _train_apart(group: Group, device: str, record_: dict) -> None:
 def _logged_training(run_dir: Path, since: float) -> tuple[int, float]:
     """The steps a run's ``log.jsonl`` records since its last start, and their seconds (its loop's
     clock, quick checks included), if the log changed after ``since``."""
-    from interp.outputs import read_bytes
-
     log = run_dir / "log.jsonl"
     if not log.exists() or log.stat().st_mtime < since:
         return 0, 0.0
