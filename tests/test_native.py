@@ -154,6 +154,7 @@ def test_cope_training_rule_matches_the_reference_forward_and_backward(monkeypat
         leaves = [t.to(dtype).requires_grad_() for t in inputs]
         z = fn(*leaves)
         results[name] = (z, *torch.autograd.grad(z, leaves, d_z.to(dtype)))
+        assert all(torch.isfinite(t).all() for t in results[name]), f"{name}: not finite"
     assert calls, "the native rule did not run"
     for what, ours, reference, exact in zip(("z", "dq", "dk", "dv", "d_table"), *results.values()):
         error, reference_error = ((t.double() - exact).abs().max() for t in (ours, reference))
@@ -163,13 +164,15 @@ def test_cope_training_rule_matches_the_reference_forward_and_backward(monkeypat
 @used_here
 @pytest.mark.parametrize("views", [1, 2], ids=["trela", "tda"])
 @pytest.mark.parametrize("shape, p, beta", [((1, 1, 1, 16), 2.0, 0.3), ((2, 70, 3, 20), 2.0, 0.3),
-                                            ((2, 37, 2, 16), 1.5, -0.4), ((2, 33, 1, 12), 1.0, 0.6)],
-                         ids=["T1", "p2", "p1.5-negative-beta", "p1"])
+                                            ((2, 37, 2, 16), 1.5, -0.4), ((2, 33, 1, 12), 1.0, 0.6),
+                                            ((2, 33, 2, 16), 2.0, 50.0)],
+                         ids=["T1", "p2", "p1.5-negative-beta", "p1", "nothing-survives"])
 def test_threshold_training_rule_matches_the_reference_forward_and_backward(monkeypatch, views, shape, p, beta):
     """trela's and TDA's C rule in training (kernels.threshold.rows.ThresholdRowsFunction's blocks in
     float32) against the float64 reference, forward and the gradients of each view's q and k, v, beta
     and lambda, in blocks of 16 rows (T = 70, 37 and 33 end in a partial one), with a fifth of the
-    causal keys above the threshold (p = 2), most of them (beta < 0, p = 1.5) and a few (p = 1): as
+    causal keys above the threshold (p = 2), most of them (beta < 0, p = 1.5), a few (p = 1) and none
+    (beta = 50: every row empty, its output and every gradient finite, as the reference's): as
     close as the float32 reference is, up to a factor of 4, plus 1e-5 (each tensor named on failure)."""
     import kernels.tooling.rows
 
@@ -188,6 +191,7 @@ def test_threshold_training_rule_matches_the_reference_forward_and_backward(monk
         leaves = [t.to(dtype).requires_grad_() for t in inputs]
         z = fn(*leaves, p=p)
         results[name] = (z, *torch.autograd.grad(z, leaves, d_z.to(dtype)))
+        assert all(torch.isfinite(t).all() for t in results[name]), f"{name}: not finite"
     assert calls, "the native rule did not run"
     names = ("z", "dq1", "dk1", "dq2", "dk2")[:1 + 2 * views] + ("dv", "d_beta", "d_lam")[:1 + views]
     for what, ours, reference, exact in zip(names, *results.values()):
