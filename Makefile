@@ -9,6 +9,8 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
 DEMO ?= runs/demo
+# `glitchlens bench demo` sets this to keep the demo's evaluation as JSON (what the README's quick start reports)
+DEMO_EVAL_JSON ?=
 TEST_WORKERS ?= 2
 # The GPU steps (docs/how-to/run-on-a-gpu.md "On a GPU"): each call ends within CALL_S seconds plus one unit of work
 # (a benchmark pair, a training step) and a save, and the same command resumes where it stopped.
@@ -30,7 +32,7 @@ $(VENV)/.installed: pyproject.toml
 
 demo: setup
 	$(BIN)/glitchlens train --model fot --recipe authors-notebook --preset tiny --steps 300 --seq-len 512 --out $(DEMO)/fot-tiny --overwrite
-	$(BIN)/glitchlens eval $(DEMO)/fot-tiny -n 500
+	$(BIN)/glitchlens eval $(DEMO)/fot-tiny -n 500 $(if $(DEMO_EVAL_JSON),--json > $(DEMO_EVAL_JSON))
 	$(BIN)/glitchlens diagnose $(DEMO)/fot-tiny --out $(DEMO)/fot-tiny/report
 
 test: setup

@@ -69,6 +69,22 @@ def test_the_docs_block_reads_the_csvs(tmp_path):
         {"competing": "none", "wall_s": 100.0, "ratio": 1.0}, {"competing": "1 busy process", "wall_s": 150.0,
                                                               "ratio": 1.5}])
     assert "took 100 s without and 150 s with a competing busy process: 1.50x" in bench_load.load_markdown(tmp_path)
+    assert "has not recorded the demo's evaluation" in bench_load.demo_sentence(tmp_path)
+
+
+def test_the_readme_reports_the_demo_run_without_the_busy_process(tmp_path):
+    def run(competing, sparse_errors):
+        return {"competing": competing, "wall_s": 100.0, "ratio": 1.0, **{
+            f"{split}_{key}": value for split, errors, reads, accuracy in
+            (("iid", 0, 7000, 1.0), ("sparse", sparse_errors, 1804, 0.852), ("dense", 3, 40000, 0.99))
+            for key, value in (("sequences", 500), ("reads", reads), ("read_errors", errors), ("sequence_accuracy", accuracy))}}
+
+    bench_load.write_rows(str(tmp_path / bench_load.BENCH_DIR), bench_load.DEMO_CSV,
+                          [run("none", 123), run("1 busy process", 999)])
+    assert bench_load.demo_sentence(tmp_path) == (
+        "the first 500 sequences of each split: `iid` 0 of 7,000 reads wrong (0.0%), 100.0% of the sequences right; "
+        "`dense` 3 of 40,000 reads wrong (0.0%), 99.0% of the sequences right; "
+        "`sparse` 123 of 1,804 reads wrong (6.8%), 85.2% of the sequences right")
 
 
 def test_the_training_block_reads_its_csv_and_names_the_largest_ratio(tmp_path):

@@ -150,7 +150,7 @@ def attribution_markdown(root: Path = ROOT) -> str:
 # The generated blocks of the docs: (file, marker) -> what goes between the markers.
 def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
     """A block on lines of its own starts and ends with a newline; the README's is inline."""
-    from interp.bench.load import load_markdown, train_markdown
+    from interp.bench.load import demo_sentence, load_markdown, train_markdown
     from interp.studies.campaign import throughput_markdown
     from interp.studies.pretrained import specimens_markdown
 
@@ -163,6 +163,7 @@ def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
             ("docs/results/benchmarks.md", "train-step"): "\n" + train_markdown(),
             ("docs/results/benchmarks.md", "campaign-throughput"): "\n" + throughput_markdown(ROOT),
             ("docs/explanation/specimens.md", "specimens"): "\n" + specimens_markdown(),
+            ("README.md", "demo-result"): demo_sentence(),
             ("README.md", "claims-counts"): counts_sentence(frame) + f". {VERDICT_RULE} ([the claims table and how a "
             "verdict is reached](docs/results/claims.md#the-papers-claims-tested))."}
 
