@@ -98,6 +98,17 @@ def test_the_training_block_reads_its_csv_and_names_the_largest_ratio(tmp_path):
     assert "1 thread: the largest ratio of an attention mechanism is 1.25 (tda)" in text   # the LSTM has none
 
 
+def test_the_evaluation_block_reads_its_csv_and_names_the_lowest_share(tmp_path):
+    assert "has not been run" in bench_load.eval_markdown(tmp_path)
+    rows = [{"model": model, "n": 512, "threads": 2, "eval_s": seconds, "GFLOP/s": rate, "square_GFLOP/s": 150.0,
+             "of_roofline": rate / 150.0, "computed_share": 0.5, "native_gain": 1.5}
+            for model, seconds, rate in (("diff-mech", 0.6, 110.0), ("rope-mech", 0.5, 130.0))]
+    bench_load.write_rows(str(tmp_path / bench_load.BENCH_DIR), bench_load.EVAL_CSV, rows)
+    text = bench_load.eval_markdown(tmp_path)
+    assert "| diff-mech | 1.17 | 110.0 | 150.0 | **0.73** | 0.50 | 1.50x |" in text
+    assert "First 512 `sparse` sequences, 2 threads: the lowest share of the roofline is 0.73 (diff-mech)" in text
+
+
 def test_the_eval_roofline_runs_at_the_evaluations_threads():
     threads = torch.get_num_threads()
     assert parallel_matmul_rate(2, n=64, repeats=1) > 0

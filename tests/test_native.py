@@ -25,7 +25,7 @@ from kernels.cope.rows import cope_rows
 from kernels.threshold.reference import differential_threshold_reference, threshold_reference
 from kernels.threshold.rows import differential_threshold_rows, threshold_rows
 from models.attention.diff import diff_reference
-from models.attention.rope import apply_rope, rotated_unit
+from models.attention.rope import apply_rope, rotated_unit, rotation_tables
 from models.attention.diff import rows_attention as diff_rows
 from models.attention.softmax import rows_attention as softmax_rows
 from models.attention.softmax import softmax_reference
@@ -52,11 +52,20 @@ def softmax_op(q, k, v, q2, k2, table):
     return softmax_reference(q, k, v), lambda positions: native.softmax_attention(q, k, v, positions)
 
 
-def diff_op(q, k, v, q2, k2, table):
+def rope_op(q, k, v, q2, k2, table):
+    """RoPE on the way into the kernel's layout (``rotation``), against the reference on rotated q, k."""
+    rotation = rotation_tables(q.shape[1], q.shape[-1], q)
+    return (softmax_reference(apply_rope(q), apply_rope(k), v),
+            lambda positions: native.softmax_attention(q, k, v, positions, rotation))
+
+
+def diff_op(q, k, v, q2, k2, table, rope: bool = False):
     half = q.shape[-1] // 2
-    views = (q[..., :half], k[..., :half], q2[..., :half], k2[..., :half])
-    return (diff_reference(*views, v, torch.tensor(0.7)),
-            lambda positions: native.diff_attention(*views, v, 0.7, positions))
+    views = (q[..., :half], k[..., :half], q2[..., :half], k2[..., :half])  # strided halves, as Diff's
+    rotation = rotation_tables(q.shape[1], half, q) if rope else None
+    rotated = [apply_rope(t) if rope else t for t in views]
+    return (diff_reference(*rotated, v, torch.tensor(0.7)),
+            lambda positions: native.diff_attention(*views, v, 0.7, positions, rotation))
 
 
 def cope_op(q, k, v, q2, k2, table):
@@ -85,7 +94,8 @@ def native_tau(q: torch.Tensor, beta: float) -> torch.Tensor:
     return _tau(q, beta, 1.0)
 
 
-OPS = {"softmax": softmax_op, "diff": diff_op, "cope": cope_op, "trela": threshold_op(2.0),
+OPS = {"softmax": softmax_op, "rope": rope_op, "diff": diff_op,
+       "diff-rope": lambda *inputs: diff_op(*inputs, rope=True), "cope": cope_op, "trela": threshold_op(2.0),
        "trela-p1.5": threshold_op(1.5), "tda": tda_op}
 # (batch, T, heads, d): one key; lengths across the chunks of 16 keys and groups of 4 rows; head
 # sizes under, over and between multiples of 16 (values are padded to one)
@@ -293,6 +303,40 @@ def test_rotated_unit_and_its_gradient_match_the_pytorch_functions(rotate, shape
         for what, ours, ref in zip(("u", "dx"), got, expected):
             scale = ref.abs().max().clamp(min=1.0)   # the tiny row's gradient is du / eps: ~1e12
             torch.testing.assert_close(ours / scale, ref / scale, **TOLERANCE, msg=lambda m: f"{path} {what}: {m}")
+
+
+@used_here
+@pytest.mark.parametrize("name", ["rope-mech", "diff-mech"])
+def test_rope_runs_in_the_kernel_unless_a_hook_reads_the_rotated_q_or_k(monkeypatch, name):
+    """RoPE's models rotate q and k on their way into the kernel (:func:`native._laid_out`); a
+    hook on the rotated q or k (softmax's ``hook_rot_q``, ``hook_rot_k``) makes the layer rotate
+    them itself, and sees ``apply_rope`` of ``hook_q`` as always. Every hook of the layer fires
+    either way with the same q, k and v, and the logits agree up to float rounding."""
+    model = models.load_pretrained(name)
+    tokens = torch.from_numpy(load_split("sparse", 3)[:, :40].astype(np.int64))
+    rotated = []
+    monkeypatch.setattr(native, "_laid_out", lambda x, out, strides, rotation, run=native._laid_out:
+                        rotated.append(rotation is not None) or run(x, out, strides, rotation))
+    attn = "blocks.0.attn."
+    names = [attn + hook for hook in ("hook_q", "hook_k", "hook_v", "hook_z")]
+    rotary = [attn + "hook_rot_q", attn + "hook_rot_k"] if name == "rope-mech" else []
+    seen = {}
+
+    def keep(tensor, hook):
+        seen.setdefault(hook.name, []).append(tensor.clone())
+
+    with torch.no_grad():
+        fast = model.run_with_hooks(tokens, fwd_hooks=[(hook, keep) for hook in names])
+        assert any(rotated)
+        rotated.clear()
+        slow = model.run_with_hooks(tokens, fwd_hooks=[(hook, keep) for hook in names + rotary])
+    assert not any(rotated[:2 if rotary else 0]), "the layer with rotary hooks rotated in the kernel"
+    for hook in names:
+        assert len(seen[hook]) == 2 and seen[hook][0].shape == seen[hook][1].shape
+        torch.testing.assert_close(seen[hook][0], seen[hook][1], **TOLERANCE)
+    for hook in rotary:
+        torch.testing.assert_close(seen[hook][0], apply_rope(seen[hook.replace("rot_", "")][1]), rtol=0, atol=0)
+    torch.testing.assert_close(fast, slow, **TOLERANCE)
 
 
 @used_here

@@ -504,7 +504,8 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
             if baseline:
                 before.append(_best_time(lambda: legacy_predict_reads(model, tokens), 1))
         seconds = min(now)
-        row = {"model": name, "eval_s": seconds, "GFLOP/s": flops / seconds / 1e9, "square_GFLOP/s": square,
+        row = {"model": name, "n": n, "threads": torch.get_num_threads(), "eval_s": seconds,
+               "GFLOP/s": flops / seconds / 1e9, "square_GFLOP/s": square,
                "of_roofline": flops / seconds / 1e9 / square, "computed_GFLOP/s": computed / seconds / 1e9,
                "computed_share": computed / seconds / 1e9 / square, "s_per_1e5": seconds * 1e5 / n,
                "torch_path_s": min(torch_path), "native_gain": min(torch_path) / seconds}
@@ -638,6 +639,10 @@ def run(what: str, args) -> int:
     elif what == "eval":
         names = tuple(args.models.split(",")) if args.models else EVAL_MODELS
         rows, rates = bench_eval(names, n=args.n, repeats=args.repeats, baseline=not args.no_baseline)
+        if args.out:
+            from interp.bench.load import EVAL_CSV, write_rows
+
+            write_rows(args.out, EVAL_CSV, rows)
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         print("float32 at the models' shapes, GFLOP/s: " + ", ".join(f"{k} {v:.1f}" for k, v in rates.items()))
         _print_rows(rows, f"glitchlens eval, first {args.n} sparse sequences, model FLOPs (causal forward of the "

@@ -22,6 +22,7 @@ THREADS_CSV = "threads.csv"
 STARTUP_CSV = "startup.csv"
 TRAIN_CSV = "train.csv"
 DEMO_CSV = "demo.csv"
+EVAL_CSV = "eval.csv"  # glitchlens bench eval --out (interp.bench.bench_eval's rows)
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -233,6 +234,27 @@ def train_markdown(root: Path = ROOT) -> str:
     return ("\n".join(lines) + f"\n\nSeconds per step (first row) and ratio to RoPE's (second), {threads} "
             f"thread{'s' if threads > 1 else ''}: the largest ratio of an attention mechanism is "
             f"{attention.max():.2f} ({attention.idxmax()}); the goal is 1.3 or less for every one.\n")
+
+
+def eval_markdown(root: Path = ROOT) -> str:
+    """The block of docs/results/benchmarks.md for ``glitchlens bench eval --out runs/bench``: each
+    specimen's evaluation on the scored-prefix measure against the square matmul of the same run at
+    the evaluation's own threads (its rate beside it), the computed share and the native kernels'
+    gain, and the lowest share against the goal of 0.8."""
+    import pandas as pd
+
+    path = root / BENCH_DIR / EVAL_CSV
+    if not path.exists():
+        return "`glitchlens bench eval --out runs/bench` has not been run on the committed code.\n"
+    frame = pd.read_csv(path).rename(columns={"GFLOP/s": "rate", "square_GFLOP/s": "square"})
+    lines = ["| model | s / 1000 seq | model GFLOP/s | square GFLOP/s | of roofline | computed share | native gain |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.model} | {r.eval_s * 1000 / r.n:.2f} | {r.rate:.1f} | {r.square:.1f} | **{r.of_roofline:.2f}** | "
+              f"{r.computed_share:.2f} | {r.native_gain:.2f}x |" for r in frame.itertuples(index=False)]
+    lowest, threads = frame.set_index("model").of_roofline, int(frame.threads.iloc[0])
+    return ("\n".join(lines) + f"\n\nFirst {int(frame.n.iloc[0])} `sparse` sequences, {threads} "
+            f"thread{'s' if threads > 1 else ''}: the lowest share of the roofline is {lowest.min():.2f} "
+            f"({lowest.idxmin()}); the goal is 0.8 or more for every specimen.\n")
 
 
 def run(what: str, args) -> list[tuple[str, list[dict]]]:

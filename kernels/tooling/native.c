@@ -311,6 +311,13 @@ static void rotate(const float *x, const float *c, const float *s, int64_t d, fl
         y[j] = x[j] * c[j] + sign * x[j - half] * s[j];
 }
 
+/* Row (b, t, h) of x rotated into y by row t of the tables (copied where cos_both is NULL). */
+static void rotated_row(const float *x, const int64_t *xs, const float *cos_both, const float *sin_signed, int64_t b,
+                        int64_t t, int64_t h, int64_t d, float *y) {
+    const float *c = cos_both ? cos_both + t * d : NULL, *s = sin_signed ? sin_signed + t * d : NULL;
+    rotate(x + b * xs[0] + t * xs[1] + h * xs[2], c, s, d, 1.0f, y);
+}
+
 int rotated_unit_forward(const float *x, const int64_t *xs, const float *cos_both, const float *sin_signed,
                          int64_t n_batch, int64_t n_pos, int64_t n_heads, int64_t d, float eps, float *u,
                          const int64_t *us, float *length) {
@@ -318,8 +325,7 @@ int rotated_unit_forward(const float *x, const int64_t *xs, const float *cos_bot
     for (int64_t b = 0; b < n_batch; b++)
         for (int64_t t = 0; t < n_pos; t++)
             for (int64_t h = 0; h < n_heads; h++) {
-                const float *c = cos_both ? cos_both + t * d : NULL, *s = sin_signed ? sin_signed + t * d : NULL;
-                rotate(x + b * xs[0] + t * xs[1] + h * xs[2], c, s, d, 1.0f, y);
+                rotated_row(x, xs, cos_both, sin_signed, b, t, h, d, y);
                 float squares = 0.0f;
                 for (int64_t j = 0; j < d; j++)
                     squares += y[j] * y[j];
@@ -328,6 +334,25 @@ int rotated_unit_forward(const float *x, const int64_t *xs, const float *cos_bot
                 for (int64_t j = 0; j < d; j++)
                     out[j] = y[j] * scale;
                 length[(b * n_pos + t) * n_heads + h] = norm;
+            }
+    return 0;
+}
+
+/* The attention kernels' layouts in one pass, RoPE on the way (the evaluation's copies of q, k and
+ * v; no rotation where cos_both is NULL): row (b, t, h) of x, as above, goes rotated to out at
+ * (b * n_heads + h) * os[0] + t * os[1] + j * os[2] for its entries j, so os = {pos * d, d, 1}
+ * lays it out [bh, pos, d] (queries, values) and {d * stride, 1, stride} transposed [bh, d,
+ * stride] (keys). Padding is the caller's. */
+int laid_out(const float *x, const int64_t *xs, const float *cos_both, const float *sin_signed, int64_t n_batch,
+             int64_t n_pos, int64_t n_heads, int64_t d, float *out, const int64_t *os) {
+    float y[d];
+    for (int64_t b = 0; b < n_batch; b++)
+        for (int64_t h = 0; h < n_heads; h++)
+            for (int64_t t = 0; t < n_pos; t++) {
+                rotated_row(x, xs, cos_both, sin_signed, b, t, h, d, y);
+                float *row = out + (b * n_heads + h) * os[0] + t * os[1];
+                for (int64_t j = 0; j < d; j++)
+                    row[j * os[2]] = y[j];
             }
     return 0;
 }

@@ -70,6 +70,7 @@ SIGNATURES = {
     "threshold_attention": [_PTR] * 7 + [_I64] * 5 + [_F32, _F32, _PTR],
     "rotated_unit_forward": [_PTR] * 4 + [_I64] * 4 + [_F32, _PTR, _PTR, _PTR],
     "rotated_unit_backward": [_PTR] * 7 + [_I64] * 4 + [_F32, _PTR, _PTR],
+    "laid_out": [_PTR] * 4 + [_I64] * 4 + [_PTR] * 2,
     "cope_rule_positions": [_PTR] + [_I64] * 4 + [_PTR, _PTR],
     "cope_rule_logits": [_PTR] * 3 + [_I64] * 6,
     "cope_rule_backward": [_PTR] * 4 + [_I64] * 6 + [_PTR],
@@ -201,22 +202,54 @@ def _padded(n: int) -> int:
     return -(-n // PAD) * PAD
 
 
-def _keys_last(x: torch.Tensor) -> torch.Tensor:
-    """``[batch, pos, head, d]`` -> float32 ``[batch * head, d, stride]``, zeros past the last
-    position up to a multiple of :data:`PAD`."""
+def _laid_out(x: torch.Tensor, out: torch.Tensor, out_strides: tuple[int, int, int],
+              rotation: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    """``out`` (float32, ``[batch * head, ...]``) with ``x [batch, pos, head, d]`` written into it
+    in one pass, row ``(b, t, h)``'s entry j at ``(b * head + h) * s0 + t * s1 + j * s2`` for
+    ``out_strides = (s0, s1, s2)``, rotated by RoPE's ``rotation`` (``(cos_both, sin_signed)``
+    ``[1, pos, 1, d]``, as :func:`models.attention.rope.apply_rope` turns a row) where given: one
+    pass where PyTorch's rotation and copy make five or more (for Diff's views, each a strided
+    half of q or k, and for RoPE's q and k most of the evaluation's time outside the kernels)."""
     B, T, H, D = x.shape
-    out = x.new_zeros(B * H, D, _padded(T), dtype=torch.float32)
-    out[..., :T] = x.permute(0, 2, 3, 1).reshape(B * H, D, T)
+    x = x.float() if x.dtype != torch.float32 else x
+    x = x.contiguous() if x.stride(-1) != 1 else x
+    tables, table_pointers = _tables(rotation)
+    xs, os_ = _row_strides(x), (_I64 * 3)(*out_strides)
+
+    def call(lo: int, hi: int) -> None:
+        library().laid_out(x[lo:hi].data_ptr(), xs, *table_pointers, hi - lo, T, H, D, out[lo * H:hi * H].data_ptr(),
+                           os_)
+
+    _split(B, call)
     return out
+
+
+def _queries(x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """``[batch, pos, head, d]`` -> float32 ``[batch * head, pos, d]``, rotated by ``rotation``
+    (:func:`_laid_out`); unrotated through :func:`heads_first`, a view of a tensor already laid
+    out so (trela's and TDA's unit q)."""
+    if rotation is None:
+        return heads_first(x)
+    B, T, H, D = x.shape
+    return _laid_out(x, torch.empty(B * H, T, D), (T * D, D, 1), rotation)
+
+
+def _keys_last(x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """``[batch, pos, head, d]`` -> float32 ``[batch * head, d, stride]``, zeros past the last
+    position up to a multiple of :data:`PAD`, rotated by ``rotation`` (:func:`_laid_out`)."""
+    B, T, H, D = x.shape
+    out = torch.empty(B * H, D, _padded(T))
+    out[..., T:] = 0.0
+    return _laid_out(x, out, (D * out.shape[-1], 1, out.shape[-1]), rotation)
 
 
 def _values(v: torch.Tensor) -> torch.Tensor:
     """``[batch, pos, head, d]`` -> float32 ``[batch * head, pos, d_padded]``, zero columns up to
     a multiple of :data:`PAD`."""
     B, T, H, D = v.shape
-    out = v.new_zeros(B * H, T, _padded(D), dtype=torch.float32)
-    out[..., :D] = v.transpose(1, 2).reshape(B * H, T, D)
-    return out
+    out = torch.empty(B * H, T, _padded(D))
+    out[..., D:] = 0.0
+    return _laid_out(v, out, (T * out.shape[-1], out.shape[-1], 1), None)
 
 
 def _run(kernel: str, chunked: list[torch.Tensor | None], shared: list[torch.Tensor], positions: torch.Tensor | None,
@@ -258,21 +291,26 @@ def _split(n: int, call) -> None:
             list(pool.map(call, bounds[:-1], bounds[1:]))
 
 
-def softmax_attention(q, k, v, positions: torch.Tensor | None = None) -> torch.Tensor:
+def softmax_attention(q, k, v, positions: torch.Tensor | None = None,
+                      rotation: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Causal ``softmax(q k^T / sqrt(d)) V`` ``[batch, pos or n, head, d_head]`` from q, k, v
-    ``[batch, pos, head, d_head]``: :func:`models.attention.softmax.softmax_reference` without
-    a bias, up to float rounding."""
+    ``[batch, pos, head, d_head]``, q and k first rotated by RoPE's ``rotation`` where given
+    (:func:`_laid_out`): :func:`models.attention.softmax.softmax_reference` without a bias, up to
+    float rounding."""
     d = q.shape[-1]
-    tensors = [heads_first(q), _keys_last(k), None, None, _values(v)]
+    tensors = [_queries(q, rotation), _keys_last(k, rotation), None, None, _values(v)]
     return _run("softmax_attention", tensors, [], positions, v, [d], [d ** -0.5, 0.0])
 
 
-def diff_attention(q1, k1, q2, k2, v, lam: float, positions: torch.Tensor | None = None) -> torch.Tensor:
+def diff_attention(q1, k1, q2, k2, v, lam: float, positions: torch.Tensor | None = None,
+                   rotation: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Diff's ``z = (A^(1) - lam A^(2)) V`` ``[batch, pos or n, head, d_head]`` from each view's
-    q and k ``[batch, pos, head, d_view]`` and ``v [batch, pos, head, d_head]``, scale
-    ``1/sqrt(d_view)``: :func:`models.attention.diff.diff_reference` up to float rounding."""
+    q and k ``[batch, pos, head, d_view]`` (first rotated by RoPE's ``rotation`` where given,
+    :func:`_laid_out`) and ``v [batch, pos, head, d_head]``, scale ``1/sqrt(d_view)``:
+    :func:`models.attention.diff.diff_reference` up to float rounding."""
     d_view = q1.shape[-1]
-    tensors = [heads_first(q1), _keys_last(k1), heads_first(q2), _keys_last(k2), _values(v)]
+    tensors = [_queries(q1, rotation), _keys_last(k1, rotation), _queries(q2, rotation), _keys_last(k2, rotation),
+               _values(v)]
     return _run("softmax_attention", tensors, [], positions, v, [d_view], [d_view ** -0.5, float(lam)])
 
 

@@ -58,9 +58,10 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
+from kernels.tooling import native
 from kernels.tooling.common import interpreting, upcast
 from kernels.tooling.rows import at_rows
-from models.attention.rope import apply_rope
+from models.attention.rope import apply_rope, rotation_tables
 
 REGISTRY: dict[str, type["Attention"]] = {}
 
@@ -192,6 +193,19 @@ class Attention(nn.Module):
         """q and k rotated by their positions (RoPE), through ``hook_rot_q`` and ``hook_rot_k`` as
         in TransformerLens's rotary models."""
         return self.hook_rot_q(apply_rope(q)), self.hook_rot_k(apply_rope(k))
+
+    def rotation_in_kernel(self, impl: str, positions: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor,
+                           v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """RoPE's tables for q and k ``[batch, pos, head, d]`` where the core ``impl`` runs the fused C
+        kernel (:mod:`kernels.tooling.native`: the ``rows`` path without gradients on a CPU it was built
+        for), which then rotates them on their way into its layout in one pass, equal to
+        :func:`~models.attention.rope.apply_rope` up to float rounding; None where the mechanism
+        rotates them itself, as it does while a hook on the rotated q or k must see them."""
+        if "rows" not in self.IMPLEMENTATIONS or (impl != "rows" and positions is None) or not native.usable(q, k, v):
+            return None
+        if has_hooks(*(getattr(self, name) for name in ROTATION_HOOKS if hasattr(self, name))):
+            return None
+        return rotation_tables(q.shape[1], q.shape[-1], upcast(q))
 
     def zero_bias(self) -> Float[Tensor, "head d_head"]:
         return self.W_Q.new_zeros(self.n_heads, self.d_head)

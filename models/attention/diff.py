@@ -248,8 +248,13 @@ class DiffAttention(Attention):
                v: Float[Tensor, "batch pos head d_head"], x: Float[Tensor, "batch pos d_model"],
                positions: Int[Tensor, "batch query_pos"] | None = None
                ) -> Float[Tensor, "batch query_pos head d_head"]:
-        q1, q2 = (self.rotate(t) for t in q.chunk(2, dim=-1))
-        k1, k2 = (self.rotate(t) for t in k.chunk(2, dim=-1))
-        z = self.core(self.implementation(v.device), positions)(q1, k1, q2, k2, v, self.lam())
+        impl = self.implementation(v.device)
+        (q1, q2), (k1, k2) = q.chunk(2, dim=-1), k.chunk(2, dim=-1)
+        rotation = self.rotation_in_kernel(impl, positions, q1, k1, v) if self.options.rope else None
+        if rotation is not None:
+            z = native.diff_attention(q1, k1, q2, k2, v, float(self.lam()), positions, rotation)
+        else:
+            q1, q2, k1, k2 = (self.rotate(t) for t in (q1, q2, k1, k2))
+            z = self.core(impl, positions)(q1, k1, q2, k2, v, self.lam())
         # eq. 3: the fixed (1 - lambda_init) factor aligns gradient scale with a softmax Transformer
         return rms_normalise(z, OUTPUT_NORM_EPS) * (1 - self.lambda_init)

@@ -10,7 +10,8 @@ from kernels.tooling import native
 from kernels.tooling.common import upcast
 
 
-def _rotation(n_pos: int, d_head: int, like: torch.Tensor, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+def rotation_tables(n_pos: int, d_head: int, like: torch.Tensor, base: float = 10_000.0
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(cos_both, sin_signed)`` ``[1, pos, 1, d_head]`` in ``like``'s dtype: a row x rotates to
     ``x cos_both + roll(x, d_head / 2) sin_signed``."""
     if d_head % 2:
@@ -30,7 +31,7 @@ def apply_rope(x: torch.Tensor, base: float = 10_000.0) -> torch.Tensor:
     keep their precision under half-precision autocast.
     """
     xf = upcast(x)
-    cos_both, sin_signed = _rotation(x.shape[1], x.shape[-1], xf, base)
+    cos_both, sin_signed = rotation_tables(x.shape[1], x.shape[-1], xf, base)
     # (x1 cos - x2 sin, x2 cos + x1 sin) as x [cos, cos] + [x2, x1] [-sin, sin] on whole rows:
     # the same floats (negation is exact), without passes over the two strided halves
     # (1.7x faster at d_head 16)
@@ -51,7 +52,7 @@ class RotatedUnit(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, rotate: bool):
-        rotation = _rotation(x.shape[1], x.shape[-1], x, 10_000.0) if rotate else None
+        rotation = rotation_tables(x.shape[1], x.shape[-1], x) if rotate else None
         if native.trainable(x):
             unit, norm = native.rotated_unit_forward(x, rotation, NORMALISE_EPS)
         else:

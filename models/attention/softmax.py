@@ -146,7 +146,11 @@ class SoftmaxAttention(Attention):
                v: Float[Tensor, "batch pos head d_head"], x: Float[Tensor, "batch pos d_model"],
                positions: Int[Tensor, "batch query_pos"] | None = None
                ) -> Float[Tensor, "batch query_pos head d_head"]:
+        impl = self.implementation(v.device)
         if self.options.rope:
+            rotation = self.rotation_in_kernel(impl, positions, q, k, v) if self.options.bias == "none" else None
+            if rotation is not None:
+                return native.softmax_attention(q, k, v, positions, rotation)
             q, k = self.rotate_qk(q, k)
         D = self.position_bias(q.shape[0], q.shape[1], q.device)
-        return self.core(self.implementation(v.device), positions)(q, k, v, D)
+        return self.core(impl, positions)(q, k, v, D)
