@@ -107,6 +107,10 @@ def test_the_evaluation_block_reads_its_csv_and_names_the_lowest_share(tmp_path)
     text = bench_load.eval_markdown(tmp_path)
     assert "| diff-mech | 1.17 | 110.0 | 150.0 | **0.73** | 0.50 | 1.50x |" in text
     assert "First 512 `sparse` sequences, 2 threads: the lowest share of the roofline is 0.73 (diff-mech)" in text
+    assert "MLP shape" not in text
+    rows = [{**row, "mlp_matmul_of_square": share} for row, share in zip(rows, (0.6, 0.7))]
+    bench_load.write_rows(str(tmp_path / bench_load.BENCH_DIR), bench_load.EVAL_CSV, rows)
+    assert "alone ran at 0.60-0.70 of the same squares" in bench_load.eval_markdown(tmp_path)
 
 
 def test_the_eval_roofline_runs_at_the_evaluations_threads():

@@ -508,7 +508,8 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
                "GFLOP/s": flops / seconds / 1e9, "square_GFLOP/s": square,
                "of_roofline": flops / seconds / 1e9 / square, "computed_GFLOP/s": computed / seconds / 1e9,
                "computed_share": computed / seconds / 1e9 / square, "s_per_1e5": seconds * 1e5 / n,
-               "torch_path_s": min(torch_path), "native_gain": min(torch_path) / seconds}
+               "torch_path_s": min(torch_path), "native_gain": min(torch_path) / seconds,
+               "mlp_matmul_GFLOP/s": rates[mlp], "mlp_matmul_of_square": rates[mlp] / square}
         if baseline:
             same = bool((legacy_predict_reads(model, tokens) == predictions).all())
             legacy = min(before)
