@@ -116,4 +116,5 @@ def test_the_evaluation_block_reads_its_csv_and_names_the_lowest_share(tmp_path)
 def test_the_eval_roofline_runs_at_the_evaluations_threads():
     threads = torch.get_num_threads()
     assert parallel_matmul_rate(2, n=64, repeats=1) > 0
+    assert parallel_matmul_rate(2, repeats=1, shape=(96, 16, 32)) > 0   # a model's own [tokens, d] x [d, d'] shape
     assert torch.get_num_threads() == threads

@@ -398,30 +398,25 @@ def computed_eval_flops(cfg, lengths, mask: np.ndarray) -> int:
         + int(mask.sum()) * 2 * cfg.d_model * cfg.d_vocab
 
 
-def matmul_rate(m: int, k: int, n: int, repeats: int = 3) -> float:
-    """GFLOP/s of a float32 ``[m, k] x [k, n]`` product at torch's current thread count."""
-    a, b = torch.randn(m, k), torch.randn(k, n)
-    out = torch.empty(m, n)
-    torch.mm(a, b, out=out)
-    return 2 * m * k * n / _best_time(lambda: torch.mm(a, b, out=out), repeats) / 1e9
-
-
-def parallel_matmul_rate(workers: int, n: int = 2048, repeats: int = 3) -> float:
-    """GFLOP/s of ``workers`` float32 ``n x n`` products at once, one per Python thread, each at
-    one torch thread: the arrangement :func:`interp.evaluate.predict_reads` runs its batches in
-    on the CPU, so the roofline of an evaluation is measured at the evaluation's own threads."""
+def parallel_matmul_rate(workers: int, n: int = 2048, repeats: int = 3, shape: tuple[int, int, int] | None = None
+                         ) -> float:
+    """GFLOP/s of ``workers`` float32 products at once, ``n x n`` squares or ``shape = (m, k, n)``,
+    one per Python thread, each at one torch thread: the arrangement
+    :func:`interp.evaluate.predict_reads` runs its batches in on the CPU, so the roofline of an
+    evaluation is measured at the evaluation's own threads."""
     from concurrent.futures import ThreadPoolExecutor
 
-    pairs = [(torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)) for _ in range(workers)]
+    m, k, n = shape or (n, n, n)
+    triples = [(torch.randn(m, k), torch.randn(k, n), torch.empty(m, n)) for _ in range(workers)]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         with ThreadPoolExecutor(workers) as pool:
             def all_at_once():
-                list(pool.map(lambda abc: torch.mm(abc[0], abc[1], out=abc[2]), pairs))
+                list(pool.map(lambda abc: torch.mm(abc[0], abc[1], out=abc[2]), triples))
 
             all_at_once()
-            return workers * 2 * n ** 3 / _best_time(all_at_once, repeats) / 1e9
+            return workers * 2 * m * k * n / _best_time(all_at_once, repeats) / 1e9
     finally:
         torch.set_num_threads(threads)
 
@@ -468,9 +463,10 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
     last layer's work away from the reads), against float32 matmuls: 2048 x 2048 square ones in
     the evaluation's own arrangement (:func:`parallel_matmul_rate`: as many at once as it has
     workers, one torch thread each), measured right before each model's runs (on a shared machine
-    the cores' share drifts), are its roofline; one at the model's MLP shape ``[32768, d_model] x
-    [d_model, d_mlp]`` and PyTorch's fused causal attention at its head shape
-    (:func:`attention_rate`) are printed once each. ``torch_path_s``: the same evaluation with
+    the cores' share drifts), are its roofline; the products at the model's MLP shape ``[32768,
+    d_model] x [d_model, d_mlp]`` in the same arrangement right after them (``mlp_matmul_of_square``:
+    what the model's own largest products reach of it), and PyTorch's fused causal attention at its
+    head shape (:func:`attention_rate`), printed once. ``torch_path_s``: the same evaluation with
     the native kernels switched off (:mod:`kernels.tooling.native`; they serve softmax without a bias,
     Diff, CoPE, trela and TDA, so for TRA and FoT the two columns differ by the noise alone). With ``baseline`` also
     the loop it replaced (:func:`legacy_predict_reads`), whose predictions must be the same."""
@@ -489,13 +485,13 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
         flops = eval_flops(cfg, lengths, int(mask.sum()))
         computed = computed_eval_flops(cfg, lengths, mask)
         mlp = f"matmul [32768,{cfg.d_model}]x[{cfg.d_model},{cfg.d_mlp}]"
-        if mlp not in rates:
-            rates[mlp] = matmul_rate(32768, cfg.d_model, cfg.d_mlp, repeats)
         attention = f"causal SDPA [8,{cfg.n_heads},511,{cfg.d_head}]"
         if cfg.attention is not None and attention not in rates:
             rates[attention] = attention_rate(cfg.n_heads, cfg.d_head, repeats=repeats)
         predictions = predict_reads(model, tokens).predicted
-        square = parallel_matmul_rate(torch.get_num_threads(), repeats=repeats)  # predict_reads' workers
+        workers = torch.get_num_threads()   # predict_reads' workers, one torch thread each
+        square = parallel_matmul_rate(workers, repeats=repeats)
+        rates[mlp] = parallel_matmul_rate(workers, repeats=repeats, shape=(32768, cfg.d_model, cfg.d_mlp))
         now, torch_path, before = [], [], []
         for _ in range(repeats):  # the loops alternate, so that a change in the load falls on all of them
             now.append(_best_time(lambda: predict_reads(model, tokens), 1))
