@@ -148,7 +148,7 @@ def environment_page() -> str:
               f"The `?=` variables of the [Makefile]({relative_link(ROOT / 'Makefile', page)}): "
               "`make VARIABLE=value` or the environment overrides each (the Makefile's comments say what they do).", "",
               "| variable | default |", "| --- | --- |"]
-    lines += [f"| `{name}` | `{table_cell(default)}` |" for name, default in make_variables()]
+    lines += [f"| `{name}` | {f'`{table_cell(default)}`' if default else '(empty)'} |" for name, default in make_variables()]
     lines += ["", "## Tolerances", "",
               "Every module-level constant whose name holds `TOLERANCE`, `RTOL` or `ATOL`, with the comment that "
               "states what it bounds.", "", "| constant | value | meaning | defined in |", "| --- | --- | --- | --- |"]
