@@ -243,7 +243,8 @@ def test_resume_without_a_checkpoint_says_so(tmp_path, capsys):
 
 
 @pytest.mark.integration
-def test_bench_eval_prints_rates_against_a_same_run_matmul(capsys):
+def test_bench_eval_prints_rates_against_a_same_run_matmul(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")   # every column's name whole, however narrow the terminal running the tests
     assert main(["bench", "eval", "--models", "tra-mech", "-n", "4", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "square_GFLOP/s" in out and "of_roofline" in out and "tra-mech" in out
