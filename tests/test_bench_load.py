@@ -81,10 +81,12 @@ def test_the_readme_reports_the_demo_run_without_the_busy_process(tmp_path):
 
     bench_load.write_rows(str(tmp_path / bench_load.BENCH_DIR), bench_load.DEMO_CSV,
                           [run("none", 123), run("1 busy process", 999)])
-    assert bench_load.demo_sentence(tmp_path) == (
-        "the first 500 sequences of each split: `iid` 0 of 7,000 reads wrong (0.0%), 100.0% of the sequences right; "
-        "`dense` 3 of 40,000 reads wrong (0.0%), 99.0% of the sequences right; "
-        "`sparse` 123 of 1,804 reads wrong (6.8%), 85.2% of the sequences right")
+    sentence = bench_load.demo_sentence(tmp_path)
+    assert sentence.startswith("the first 500 sequences of each split: `iid` 0 of 7,000 reads wrong (0.0%, 95% Wilson 0.0-")
+    assert "`dense` 3 of 40,000 reads wrong (0.0%, 95% Wilson 0.0-0.0%), 99.0% of the sequences right" in sentence
+    # 123 / 1804 = 6.8%; its 95% Wilson interval is 5.7-8.1%
+    assert sentence.endswith("`sparse` 123 of 1,804 reads wrong (6.8%, 95% Wilson 5.7-8.1%), 85.2% of the sequences right")
+    assert "999" not in sentence   # the run with the busy process is not the one reported
 
 
 def test_the_training_block_reads_its_csv_and_names_the_largest_ratio(tmp_path):
