@@ -166,14 +166,14 @@ def demo_sentence(root: Path = ROOT) -> str:
     frame = pd.read_csv(path).set_index("competing") if path.exists() else None
     if frame is None or "sparse_read_errors" not in frame.columns:
         return "(`glitchlens bench demo --out runs/bench` has not recorded the demo's evaluation)"
-    from interp.claims.verdicts import wilson
+    from interp.metrics.anatomy import wilson_interval
 
     run = frame.loc["none"]
     splits = [s for s in ("iid", "dense", "sparse") if f"{s}_reads" in frame.columns]
 
     def wrong(split: str) -> str:   # the share of one model's reads, so the interval is over its reads
         errors, reads = run[f"{split}_read_errors"], run[f"{split}_reads"]
-        low, high = wilson(errors, reads)
+        low, high = wilson_interval(errors, reads)
         return (f"`{split}` {errors:,.0f} of {reads:,.0f} reads wrong ({100 * errors / reads:.1f}%, 95% Wilson "
                 f"{100 * low:.1f}-{100 * high:.1f}%), {100 * run[f'{split}_sequence_accuracy']:.1f}% of the sequences right")
 
