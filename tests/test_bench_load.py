@@ -76,14 +76,16 @@ def test_the_readme_reports_the_demo_run_without_the_busy_process(tmp_path):
     def run(competing, sparse_errors):
         return {"competing": competing, "wall_s": 100.0, "ratio": 1.0, **{
             f"{split}_{key}": value for split, errors, reads, accuracy in
-            (("iid", 0, 7000, 1.0), ("sparse", sparse_errors, 1804, 0.852), ("dense", 3, 40000, 0.99))
+            (("iid", 0, 7000, 1.0), ("sparse", sparse_errors, 1804, 0.852), ("dense", 5, 40000, 0.99))
             for key, value in (("sequences", 500), ("reads", reads), ("read_errors", errors), ("sequence_accuracy", accuracy))}}
 
     bench_load.write_rows(str(tmp_path / bench_load.BENCH_DIR), bench_load.DEMO_CSV,
                           [run("none", 123), run("1 busy process", 999)])
     sentence = bench_load.demo_sentence(tmp_path)
-    assert sentence.startswith("the first 500 sequences of each split: `iid` 0 of 7,000 reads wrong (0.0%, 95% Wilson 0.0-")
-    assert "`dense` 3 of 40,000 reads wrong (0.0%, 95% Wilson 0.0-0.0%), 99.0% of the sequences right" in sentence
+    # 0 of 7,000: the upper end is 3.84 / (7000 + 3.84) = 0.055%; shares below 0.1% keep one significant figure
+    assert sentence.startswith("the first 500 sequences of each split: `iid` 0 of 7,000 reads wrong (0.0%, 95% Wilson 0.0-0.05%)")
+    # 5 of 40,000 = 0.0125%, whose interval is 0.0053-0.029%
+    assert "`dense` 5 of 40,000 reads wrong (0.01%, 95% Wilson 0.005-0.03%), 99.0% of the sequences right" in sentence
     # 123 / 1804 = 6.8%; its 95% Wilson interval is 5.7-8.1%
     assert sentence.endswith("`sparse` 123 of 1,804 reads wrong (6.8%, 95% Wilson 5.7-8.1%), 85.2% of the sequences right")
     assert "999" not in sentence   # the run with the busy process is not the one reported

@@ -171,11 +171,14 @@ def demo_sentence(root: Path = ROOT) -> str:
     run = frame.loc["none"]
     splits = [s for s in ("iid", "dense", "sparse") if f"{s}_reads" in frame.columns]
 
+    def percent(share: float) -> str:   # one significant figure below 0.1%, so no interval reads 0.0-0.0%
+        return f"{100 * share:.1f}" if share == 0 or share >= 0.001 else f"{100 * share:.1g}"
+
     def wrong(split: str) -> str:   # the share of one model's reads, so the interval is over its reads
         errors, reads = run[f"{split}_read_errors"], run[f"{split}_reads"]
         low, high = wilson_interval(errors, reads)
-        return (f"`{split}` {errors:,.0f} of {reads:,.0f} reads wrong ({100 * errors / reads:.1f}%, 95% Wilson "
-                f"{100 * low:.1f}-{100 * high:.1f}%), {100 * run[f'{split}_sequence_accuracy']:.1f}% of the sequences right")
+        return (f"`{split}` {errors:,.0f} of {reads:,.0f} reads wrong ({percent(errors / reads)}%, 95% Wilson "
+                f"{percent(low)}-{percent(high)}%), {100 * run[f'{split}_sequence_accuracy']:.1f}% of the sequences right")
 
     return f"the first {run[f'{splits[0]}_sequences']:,.0f} sequences of each split: " + "; ".join(map(wrong, splits))
 
