@@ -13,7 +13,6 @@ checkpoint was trained on is recorded in it (:func:`checkpoint_task`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -30,6 +29,7 @@ from interp.tasks import (
 from interp.tasks import Task, get_task
 from interp.tasks.builtin import AUTOMATON_EVAL_SEED
 from models.config import check_int
+from models.workers import worker_map
 
 # Sequences' worth of tokens per evaluation batch. At d_model 64 on the CPU, 16 beats 64 by
 # 10-15% at one thread (the per-position tensors of a batch stay in the last-level cache) and
@@ -185,21 +185,13 @@ def predict_reads(model: torch.nn.Module, tokens: np.ndarray, batch_size: int = 
 
     cfg = getattr(model, "cfg", None)
     saved_impl = getattr(cfg, "attention_impl", None)
-    threads = torch.get_num_threads()
-    workers = (threads if device.type == "cpu" else 1) if workers is None else workers
+    workers = (torch.get_num_threads() if device.type == "cpu" else 1) if workers is None else workers
     try:
         if saved_impl is not None:
             cfg.attention_impl = attention_impl or _fast_impl(model, device)
-        if workers > 1 and len(batches) > 1:
-            torch.set_num_threads(1)
-            with ThreadPoolExecutor(workers) as pool:
-                for finished in pool.map(run, batches):
-                    report(finished)
-        else:
-            for finished in map(run, batches):
-                report(finished)
+        for finished in worker_map(run, batches, workers) if workers > 1 and len(batches) > 1 else map(run, batches):
+            report(finished)
     finally:
-        torch.set_num_threads(threads)
         if saved_impl is not None:
             cfg.attention_impl = saved_impl
         model.train(was_training)

@@ -26,6 +26,7 @@ from models.attention import get_attention_class
 from models.config import ModelConfig
 from models.lens import Component, HookedModelMixin, check_positions, check_return_type, tl_component
 from models.tokens import as_token_ids
+from models.workers import forward_in_parts, splits_over_threads
 
 
 class RMSNorm(nn.Module):
@@ -339,8 +340,15 @@ class GlitchLensTransformer(HookedModelMixin, HookedRootModule):
         d_model]``, for unembedding a few positions). ``stop_at_layer``: run only the blocks
         before it (negative counts from the end) and return the residual stream there,
         ``[batch, pos, d_model]``. Empty inputs (no sequences, or T = 0) give empty outputs of
-        those shapes."""
+        those shapes.
+
+        On the CPU in eval mode without gradients or hooks, the batch is shared out to torch's
+        threads one part each (:mod:`models.workers`), except for a loss, which is a mean over
+        the whole batch; the outputs equal the unsplit forward's up to float rounding."""
         check_return_type(return_type)
+        tokens = as_token_ids(tokens, self.cfg.d_vocab)
+        if return_type not in ("loss", "both") and splits_over_threads(self, tokens):
+            return forward_in_parts(lambda part: self.forward(part, return_type, stop_at_layer=stop_at_layer), tokens)
         blocks = self.blocks
         if stop_at_layer is not None:
             if type(stop_at_layer) is not int or not -len(blocks) <= stop_at_layer <= len(blocks):
