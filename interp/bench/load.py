@@ -40,9 +40,9 @@ def busy_process() -> Iterator[None]:
 
 def thread_workloads(n: int = 8, seq_len: int = 512) -> dict[str, Callable[[], object]]:
     """The hot paths timed by :func:`bench_threads`, on ``rope-mech`` and ``n`` iid sequences of
-    ``seq_len`` tokens: the forward (eval mode, no gradients), a training step (forward,
-    backward, AdamW) and the capture of every layer's pattern that ``glitchlens diagnose`` runs
-    (:func:`interp.metrics.capture_maps`)."""
+    ``seq_len`` tokens: the forward (eval mode, no gradients: its batch shared out to the
+    threads, :mod:`models.workers`), a training step (forward, backward, AdamW) and the capture
+    of every layer's pattern that ``glitchlens diagnose`` runs (:func:`interp.metrics.capture_maps`)."""
     import copy
 
     import torch
