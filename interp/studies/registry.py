@@ -152,14 +152,14 @@ TABLE1_BUDGET_MODELS = ("nope", "ape", "rel", "label", "diff")
 TABLE1_BUDGETS = (3000, 10_000)
 
 
-# REL's Table 1 row is decided over seeds: its seeds 1-2 at 10,000 steps too.
-TABLE1_BUDGET_SEEDS = {("rel", 10_000): (0, 1, 2)}
+# REL's and Diff's Table 1 rows are decided over seeds: their seeds 1-2 at 10,000 steps too.
+TABLE1_BUDGET_SEEDS = {("rel", 10_000): (0, 1, 2), ("diff", 10_000): (0, 1, 2)}
 
 
 def table1_budget_runs() -> dict[str, Specimen]:
     """The Table 1 runs of ``reproduce table1 --scale cpu`` (seed 0) of the models that did not
-    learn ``iid`` in 1000 steps, and Diff, whose ``dense`` collapsed, at longer budgets; REL at
-    10,000 steps also at seeds 1-2 (:data:`TABLE1_BUDGET_SEEDS`), after every seed-0 run."""
+    learn ``iid`` in 1000 steps, and Diff, whose ``dense`` collapsed, at longer budgets; REL and
+    Diff at 10,000 steps also at seeds 1-2 (:data:`TABLE1_BUDGET_SEEDS`), after every seed-0 run."""
     def run(model: str, steps: int, seed: int) -> Specimen:
         return Specimen(model, "tiny", {**SCALES["cpu"].training(seed), "steps": steps}, SCALES["cpu"].recipe)
 
@@ -371,7 +371,8 @@ SUMMARIES = {"app-a": app_a_summary, "sharpening": sharpening_summary, "cope-tas
              "tda-threshold-4500": accuracy_summary("TDA trained with beta ramped from 0 to 1 at step 1500-3000, then "
                                                     f"held to 4500. The rule: {TDA_THRESHOLD_RULE}"),
              "mixture": accuracy_summary("RoPE (rope-mech's set-up) trained on the FFL(0.8/0.98/0.1) mixture."),
-             "table1-budget": accuracy_summary("Table 1 models (cpu scale, seed 0) at 3000 and 10,000 steps."),
+             "table1-budget": accuracy_summary("Table 1 models (cpu scale) at 3000 and 10,000 steps: seed 0, "
+                                               "and REL and Diff at 10,000 steps also seeds 1-2."),
              "r6-levers": accuracy_summary("RoPE (rope-mech's set-up) with embedding dropout 0.5."),
              "lstm-r2": accuracy_summary("The flip-flop paper's R2: a 1-layer LSTM (hidden 128), 500 steps at lr "
                                          "3e-4, batch 16, T = 512.")}
