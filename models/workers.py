@@ -3,10 +3,9 @@
 A model this small spends much of a forward in operations too short to split: every operation
 torch splits across its threads ends at a barrier, and on a shared machine each barrier waits
 for whichever thread the scheduler has taken off its core. Whole sequences handed to one
-thread each meet no barrier at all: a thread taken off its core delays only its own share. On
-the shared 2-core machine a ``rope-mech`` forward at two torch threads took 0.92x one thread's
-time on idle cores and 1.41x beside a busy process; ``glitchlens bench threads`` measures it
-split this way.
+thread each meet no barrier at all: a thread taken off its core delays only its own share.
+``glitchlens bench threads`` measures a forward at one and two threads, with and without a busy
+process beside it (docs/results/benchmarks.md, "Under load").
 
 :func:`worker_map` is the mechanism (``interp.evaluate.predict_reads`` shares its batches out
 with it); :func:`splits_over_threads` says when a forward may use it: results then equal the
