@@ -5,7 +5,7 @@ torch splits across its threads ends at a barrier, and on a shared machine each 
 for whichever thread the scheduler has taken off its core. Whole sequences handed to one
 thread each meet no barrier at all: a thread taken off its core delays only its own share.
 ``glitchlens bench threads`` measures a forward at one and two threads, with and without a busy
-process beside it (docs/results/benchmarks.md, "Under load").
+process beside it (docs/results/benchmarks.md, "Under load: threads and start-up").
 
 :func:`worker_map` is the mechanism (``interp.evaluate.predict_reads`` shares its batches out
 with it); :func:`splits_over_threads` says when a forward may use it: results then equal the
