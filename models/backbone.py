@@ -324,7 +324,11 @@ class GlitchLensTransformer(HookedModelMixin, HookedRootModule):
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """The stream entering block 0: token embeddings plus position embeddings (APE, Label).
         As TransformerLens's module, ``model.embed.W_E`` is :attr:`W_E`."""
-        tokens = as_token_ids(tokens, self.cfg.d_vocab)
+        return self._embed_ids(as_token_ids(tokens, self.cfg.d_vocab))
+
+    def _embed_ids(self, tokens: torch.Tensor) -> torch.Tensor:
+        """:meth:`embed` of ids :func:`models.tokens.as_token_ids` has already checked, so that
+        :meth:`forward` checks its tokens once."""
         resid = self.hook_embed(self.W_E[tokens])
         if self.cfg.pos_embed != "none":
             pos = self.positions(tokens.shape[1], tokens.device)
@@ -346,20 +350,27 @@ class GlitchLensTransformer(HookedModelMixin, HookedRootModule):
         threads one part each (:mod:`models.workers`), except for a loss, which is a mean over
         the whole batch; the outputs equal the unsplit forward's up to float rounding."""
         check_return_type(return_type)
-        tokens = as_token_ids(tokens, self.cfg.d_vocab)
-        if return_type not in ("loss", "both") and splits_over_threads(self, tokens):
-            return forward_in_parts(lambda part: self.forward(part, return_type, stop_at_layer=stop_at_layer), tokens)
         blocks = self.blocks
         if stop_at_layer is not None:
             if type(stop_at_layer) is not int or not -len(blocks) <= stop_at_layer <= len(blocks):
                 raise ValueError(f"stop_at_layer must be an integer in [-{len(blocks)}, {len(blocks)}] for "
                                  f"{len(blocks)} blocks, got {stop_at_layer!r}")
             blocks = blocks[:stop_at_layer]
-        resid = self.embed(tokens)
+        tokens = as_token_ids(tokens, self.cfg.d_vocab)
+        if return_type not in ("loss", "both") and splits_over_threads(self, tokens):
+            return forward_in_parts(lambda part: self._forward_blocks(part, blocks, return_type, stop_at_layer is not None),
+                                    tokens)
+        return self._forward_blocks(tokens, blocks, return_type, stop_at_layer is not None, loss_per_token, reads_only)
+
+    def _forward_blocks(self, tokens: torch.Tensor, blocks, return_type: str | None, stream: bool,
+                       loss_per_token: bool = False, reads_only: bool = False):
+        """:meth:`forward`'s work on checked ids through ``blocks``: the residual stream after them
+        when ``stream`` (``stop_at_layer``), else the output ``return_type`` asks for."""
+        resid = self._embed_ids(tokens)
         if resid.numel():  # the mechanisms need at least one query and one key
             for block in blocks:
                 resid = block(resid)
-        if stop_at_layer is not None:
+        if stream:
             return resid
         return self.output_as(return_type, self.ln_final(resid), tokens, loss_per_token, reads_only)
 

@@ -70,6 +70,29 @@ def test_stop_at_layer_and_one_sequence(model, two_threads, block_threads):
     assert all(thread is threading.main_thread() for thread, batch, _ in block_threads if batch == 1)
 
 
+def test_the_ids_are_checked_once_and_bad_arguments_fail_before_the_split(model, two_threads, block_threads,
+                                                                           monkeypatch):
+    import models.backbone
+    import models.tokens
+
+    checked = []
+
+    def counting(ids, *args, **kwargs):
+        checked.append(len(ids))
+        return models.tokens.as_token_ids(ids, *args, **kwargs)
+
+    monkeypatch.setattr(models.backbone, "as_token_ids", counting)
+    with torch.no_grad():
+        model(tokens())
+        assert checked == [5] and len(block_threads) == 2 * len(model.blocks)
+        block_threads.clear()
+        with pytest.raises(ValueError, match="stop_at_layer must be an integer"):
+            model(tokens(), stop_at_layer=3)
+        with pytest.raises(ValueError, match=r"token ids must lie in \[0, 5\)"):
+            model(tokens() + 5)
+    assert block_threads == []
+
+
 def test_the_callers_grad_mode_reaches_the_workers(model, two_threads):
     with torch.inference_mode():
         assert model(tokens()).is_inference()
