@@ -269,10 +269,18 @@ def test_the_sweep_counts_the_docs_quote():
         assert found, f"{file}: no {pattern!r}"
         assert tuple(int(g) for g in found.groups()) == tuple(counts.loc[sweep, f] for f in fields), (file, pattern)
     results = (sources.ROOT / "docs/results/claims.md").read_text()
-    rows = re.findall(r"^\| `glitchlens reproduce [^`]*--out runs/([\w-]+)` \|[^|]*\| (\d+) \| (\d+)", results, re.M)
-    assert rows
-    for sweep, runs, finished in rows:
-        assert (int(runs), int(finished)) == (counts.loc[sweep, "runs"], counts.loc[sweep, "finished"]), sweep
+    resumable = re.findall(r"^\| `glitchlens reproduce [^`]*--out runs/([\w-]+)` \| [^|\d]", results, re.M)
+    assert sorted(resumable) == sorted(counts.index), "Sweeps still to finish: one command per counted sweep"
+
+
+def test_the_sweep_counts_read_the_held_out_accuracies():
+    counts = sources.sweep_counts().set_index("sweep")
+    accuracies = [sources.result("tda-threshold-long", name)["held_out"]["sequence_accuracy"]
+                  for name in sources.finished("tda-threshold-long")]
+    row = counts.loc["tda-threshold-long"]
+    assert (row.with_held_out, row.held_out_min, row.held_out_max) == (3, min(accuracies), max(accuracies))
+    assert row.learned == sum(a >= 0.99 for a in accuracies)
+    assert counts.loc["cope-tasks", "with_held_out"] == 0 and counts.loc["cope-tasks", "learned"] == 0
 
 
 @pytest.mark.slow

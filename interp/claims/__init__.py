@@ -87,8 +87,17 @@ def counts_sentence(frame: pd.DataFrame) -> str:
 
 
 def sweeps_markdown() -> str:
-    lines = ["| sweep | runs | finished (`result.json` committed) | unfinished |", "|---|---|---|---|"]
-    lines += [f"| `runs/{r.sweep}` | {r.runs} | {r.finished} | {r.unfinished} |" for r in sweep_counts().itertuples()]
+    """The runs of each sweep (:func:`interp.claims.sources.sweep_counts`), and what its finished
+    flip-flop runs read of their held-out sequences."""
+    lines = ["| sweep | runs | finished (`result.json` committed) | unfinished | held-out sequences right | "
+             "learned (>= 99% held-out) |", "|---|---|---|---|---|---|"]
+    for r in sweep_counts().itertuples():
+        if r.with_held_out:
+            right = f"{100 * r.held_out_min:.1f}-{100 * r.held_out_max:.1f}% over {r.with_held_out} runs"
+            learned = f"{r.learned} of {r.with_held_out}"
+        else:
+            right = learned = "(no held-out split)"
+        lines.append(f"| `runs/{r.sweep}` | {r.runs} | {r.finished} | {r.unfinished} | {right} | {learned} |")
     return "\n".join(lines) + "\n"
 
 

@@ -87,9 +87,21 @@ def planned_runs() -> dict[str, list[str]]:
 
 
 def sweep_counts() -> pd.DataFrame:
-    """Per sweep: ``runs`` planned, ``finished`` (a ``result.json`` committed) and ``unfinished``."""
+    """Per sweep: ``runs`` planned, ``finished`` (a ``result.json`` committed), ``unfinished``, and
+    over the finished runs evaluated on held-out FFL(0.8) sequences (a flip-flop run's
+    ``held_out``; the automaton's and CoPE's tasks have none): how many (``with_held_out``), the
+    lowest and highest full-sequence accuracy there (``held_out_min``, ``held_out_max``, NaN
+    without any) and how many learned (``learned``: at least
+    :data:`interp.studies.reproduce.LEARNED`)."""
+    from interp.studies.reproduce import LEARNED
+
     rows = []
     for sweep, names in planned_runs().items():
-        done = sum(has_result(sweep, name) for name in names)
-        rows.append({"sweep": sweep, "runs": len(names), "finished": done, "unfinished": len(names) - done})
+        done = [name for name in names if has_result(sweep, name)]
+        held_out = [result(sweep, name)["held_out"]["sequence_accuracy"] for name in done
+                    if "held_out" in result(sweep, name)]
+        rows.append({"sweep": sweep, "runs": len(names), "finished": len(done), "unfinished": len(names) - len(done),
+                     "with_held_out": len(held_out), "held_out_min": min(held_out, default=float("nan")),
+                     "held_out_max": max(held_out, default=float("nan")),
+                     "learned": sum(a >= LEARNED for a in held_out)})
     return pd.DataFrame(rows)
