@@ -20,13 +20,22 @@ from torch import nn
 from transformer_lens import FactoredMatrix, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
+from kernels.tooling import native
 from kernels.tooling.common import upcast
 from kernels.tooling.rows import at_rows
 from models.attention import get_attention_class
 from models.config import ModelConfig
 from models.lens import Component, HookedModelMixin, check_positions, check_return_type, tl_component
 from models.tokens import as_token_ids
-from models.workers import forward_in_parts, splits_over_threads
+from models.workers import forward_in_parts, has_forward_hooks, splits_over_threads
+
+
+def runs_in_one_pass(module: nn.Module, x: torch.Tensor) -> bool:
+    """Whether ``module``'s per-position work runs as one C pass (:func:`kernels.tooling.native.rms_norm`,
+    :func:`~kernels.tooling.native.swiglu_hidden`): in eval mode, where the native kernels run
+    without gradients on float32 ``x`` and the module's parameters, and with no hook on the
+    module or its hook points, which would miss the steps the pass fuses."""
+    return not module.training and native.position_kernels_run(x, *module.parameters()) and not has_forward_hooks(module)
 
 
 class RMSNorm(nn.Module):
@@ -47,6 +56,8 @@ class RMSNorm(nn.Module):
         self.hook_normalized = HookPoint()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if runs_in_one_pass(self, x):
+            return native.rms_norm(x, self.w, self.eps)
         scale = self.hook_scale((upcast(x).pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
         return self.hook_normalized(self.hook_normalized_tl((upcast(x) / scale).to(x.dtype)) * self.w)
 
@@ -79,9 +90,12 @@ class SwiGLU(nn.Module):
         return x @ W if b is None else torch.addmm(b, x.flatten(0, -2), W).unflatten(0, x.shape[:-1])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pre = self.hook_pre(self.linear(x, self.W_gate, self.b_gate))
-        pre_linear = self.hook_pre_linear(self.linear(x, self.W_in, self.b_in))
-        hidden = self.hidden_dropout(self.hook_post(F.silu(pre) * pre_linear))
+        if runs_in_one_pass(self, x):   # the biases added in the pass rather than copied into the products
+            hidden = native.swiglu_hidden(x @ self.W_gate, x @ self.W_in, self.b_gate, self.b_in)
+        else:
+            pre = self.hook_pre(self.linear(x, self.W_gate, self.b_gate))
+            pre_linear = self.hook_pre_linear(self.linear(x, self.W_in, self.b_in))
+            hidden = self.hidden_dropout(self.hook_post(F.silu(pre) * pre_linear))
         return self.linear(hidden, self.W_out, self.b_out)
 
 

@@ -49,10 +49,10 @@ def splits_over_threads(model: nn.Module, tokens: torch.Tensor) -> bool:
             and not torch.is_autocast_enabled("cpu")
             and torch._C._len_torch_dispatch_stack() == 0 and torch._C._len_torch_function_stack() == 0
             and not torch._C._functorch.is_functorch_wrapped_tensor(tokens)
-            and not _has_forward_hooks(model))
+            and not has_forward_hooks(model))
 
 
-def _has_forward_hooks(model: nn.Module) -> bool:
+def has_forward_hooks(model: nn.Module) -> bool:
     """Whether a forward hook or pre-hook is registered on any module of ``model`` (TransformerLens's
     hook points among them) or on every module."""
     every_module = nn.modules.module

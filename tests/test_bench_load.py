@@ -115,6 +115,10 @@ def test_the_evaluation_block_reads_its_csv_and_names_the_lowest_share(tmp_path)
     rows = [{**row, "mlp_matmul_of_square": share} for row, share in zip(rows, (0.6, 0.7))]
     bench_load.write_rows(str(tmp_path / bench_load.BENCH_DIR), bench_load.EVAL_CSV, rows)
     assert "alone ran at 0.60-0.70 of the same squares" in bench_load.eval_markdown(tmp_path)
+    rows = [{**row, "passes_gain": gain} for row, gain in zip(rows, (1.1, 1.25))]
+    bench_load.write_rows(str(tmp_path / bench_load.BENCH_DIR), bench_load.EVAL_CSV, rows)
+    text = bench_load.eval_markdown(tmp_path)
+    assert "| native gain | norm and MLP passes' gain |" in text and "| 1.50x | 1.25x |" in text
 
 
 def test_the_eval_roofline_runs_at_the_evaluations_threads():

@@ -247,7 +247,7 @@ def test_bench_eval_prints_rates_against_a_same_run_matmul(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "400")   # every column's name whole, however narrow the terminal running the tests
     assert main(["bench", "eval", "--models", "tra-mech", "-n", "4", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
-    assert "square_GFLOP/s" in out and "of_roofline" in out and "tra-mech" in out
+    assert "square_GFLOP/s" in out and "of_roofline" in out and "tra-mech" in out and "passes_gain" in out
     assert "causal SDPA [8,1,511,64]" in out  # PyTorch's fused attention at tra-mech's head shape
     assert "yes" in out and "NO" not in out  # the same predictions as the previous loop
 

@@ -139,25 +139,29 @@ def test_diagnose_writes_every_documented_field_and_file(diagnosed, name):
         assert "512" in metrics["lengths"]["skipped"]["1024"]
 
 
+ROUNDING = {"rel": 1e-4, "abs": 1e-7}   # float32 paths that differ in their rounding alone
+
+
 def test_streamed_metrics_match_a_full_cache(diagnosed):
     """diagnose reduces each layer's maps as they come out of the forward pass; the numbers
-    must be those of interp.metrics on a plain run_with_cache."""
+    must be those of interp.metrics on a plain run_with_cache, up to float rounding (the capture
+    hooks the maps alone, so the norms and MLPs run their native passes: tests/test_native.py)."""
     path, result = diagnosed(TWO_VIEWS)
     model = models.load(path)
     for T in LENGTHS:
         _, cache = model.run_with_cache(torch.as_tensor(load_split("iid", 2, seq_len=T).astype(np.int64)))
         pattern = cache_maps(cache)
         sinks = summarise(sink_ratio(pattern, [0]).query("metric == 'gsink_ratio'"), over=("layer", "head"))
-        assert result.metrics["gsink_ratio"][str(T)]["0"] == pytest.approx(sinks.value.item())
+        assert result.metrics["gsink_ratio"][str(T)]["0"] == pytest.approx(sinks.value.item(), **ROUNDING)
         survivors = summarise(survivor_counts(pattern)).value.tolist()
-        assert result.metrics["survivors"]["pattern"][str(T)]["per_layer"] == pytest.approx(survivors)
+        assert result.metrics["survivors"]["pattern"][str(T)]["per_layer"] == pytest.approx(survivors, **ROUNDING)
     for view in result.metrics["maps"][1:]:
         top = summarise(max_abs_weight(cache_maps(cache, view), name=view), how="max").value.tolist()
-        assert result.metrics["max_abs_weight"][view]["64"]["per_layer"] == pytest.approx(top)
+        assert result.metrics["max_abs_weight"][view]["64"]["per_layer"] == pytest.approx(top, **ROUNDING)
     # The bit carriers, handed from layer to layer as the maps stream past, are those of all the maps at once.
     carriers = bit_carrier_summary(bit_carrier_attention(pattern, load_split("iid", 2, seq_len=64)))
     streamed = result.frame[result.frame.metric.str.startswith("bit_carrier")]
-    assert streamed.value.tolist() == pytest.approx(carriers.value.tolist())
+    assert streamed.value.tolist() == pytest.approx(carriers.value.tolist(), **ROUNDING)
 
 
 def test_the_browser_leaves_out_what_patching_cannot_restore():

@@ -29,6 +29,7 @@ from models.attention.rope import apply_rope, rotated_unit, rotation_tables
 from models.attention.diff import rows_attention as diff_rows
 from models.attention.softmax import rows_attention as softmax_rows
 from models.attention.softmax import softmax_reference
+from models.backbone import RMSNorm, SwiGLU
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler: the native kernels are not built")
 used_here = pytest.mark.skipif(not native.usable(), reason="built, but not used on this CPU: its vectors are "
@@ -339,8 +340,83 @@ def test_rope_runs_in_the_kernel_unless_a_hook_reads_the_rotated_q_or_k(monkeypa
     torch.testing.assert_close(fast, slow, **TOLERANCE)
 
 
+def mlp_and_norm(d_model: int, d_mlp: int, bias: bool, seed: int = 9) -> tuple[RMSNorm, SwiGLU]:
+    """An RMSNorm and a SwiGLU in eval mode with random weights (biases too, where asked)."""
+    torch.manual_seed(seed)
+    cfg = models.ModelConfig.from_preset("rope", "tiny", d_model=d_model, d_mlp=d_mlp, linear_bias=bias)
+    norm, mlp = RMSNorm(d_model).eval(), SwiGLU(cfg).eval()
+    for parameter in [*norm.parameters(), *mlp.parameters()]:
+        parameter.data = torch.randn_like(parameter)
+    return norm, mlp
+
+
 @used_here
-@pytest.mark.parametrize("name", ["diff-mech", "cope-mech", "tda-mech", "rope-mech"])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape, d_mlp", [((1, 1, 1), 1), ((2, 37, 13), 21), ((3, 600, 64), 128), ((0, 5, 16), 32)],
+                         ids=["1x1x1", "2x37x13", "3x600x64-threads", "empty"])
+def test_the_norm_and_the_mlp_in_one_pass_match_their_pytorch_paths(shape, d_mlp, bias):
+    """RMSNorm's ``x / rms(x) * w`` and SwiGLU's hidden activation, biases added in the pass, on
+    rows whose length is no multiple of a vector, on a non-contiguous input, a zero row (rms =
+    sqrt(eps)), a row whose gate pre-activations pass expf's range (|pre| > 88), and enough rows
+    for two threads; the modules' outputs against their PyTorch paths (the kernels switched off)."""
+    norm, mlp = mlp_and_norm(shape[-1], d_mlp, bias)
+    x = torch.randn(*shape[:-1], shape[-1] + 2)[..., 2:] * 3
+    if x.numel():
+        x[0, 0] = 0.0
+        x[-1, -1] *= 1000
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch.no_grad():
+            fast = {"norm": norm(x), "mlp": mlp(x)}
+            with native.switched_off():
+                slow = {"norm": norm(x), "mlp": mlp(x)}
+    finally:
+        torch.set_num_threads(threads)
+    for what in fast:
+        scale = slow[what].abs().max().clamp(min=1.0) if x.numel() else 1.0
+        torch.testing.assert_close(fast[what] / scale, slow[what] / scale, **TOLERANCE, msg=lambda m: f"{what}: {m}")
+
+
+@used_here
+def test_the_norm_and_the_mlp_run_in_one_pass_only_where_nothing_can_tell(monkeypatch):
+    """The passes run in eval mode without gradients on float32; a hook on the module or any of
+    its hook points, training mode, gradients, autocast and float64 each keep the PyTorch path,
+    and a hook there sees what it always does."""
+    calls = []
+    for kernel in ("rms_norm", "swiglu_hidden"):
+        monkeypatch.setattr(native, kernel, lambda *args, run=getattr(native, kernel), name=kernel:
+                            calls.append(name) or run(*args))
+    norm, mlp = mlp_and_norm(16, 24, bias=True)
+    x = torch.randn(2, 5, 16)
+
+    def passes(module, x=x) -> bool:
+        calls.clear()
+        module(x)
+        return bool(calls)
+
+    with torch.no_grad():
+        assert passes(norm) and passes(mlp)
+        hidden = []
+        handle = mlp.hook_post.add_hook(lambda t, hook: hidden.append(t))
+        assert not passes(mlp) and torch.equal(hidden[0], F.silu(x @ mlp.W_gate + mlp.b_gate) * (x @ mlp.W_in + mlp.b_in))
+        mlp.hook_post.remove_hooks()
+        handle = norm.register_forward_hook(lambda module, args, out: None)
+        assert not passes(norm)
+        handle.remove()
+        norm.train()
+        assert not passes(norm)
+        norm.eval()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert not passes(norm) and not passes(mlp)
+        assert not passes(norm.double(), x.double())
+    assert not passes(mlp), "gradients wanted"
+    with pytest.raises(TypeError, match="float32 CPU tensors, got torch.float64"):
+        native.rms_norm(x.double(), norm.w, 1e-6)
+
+
+@used_here
+@pytest.mark.parametrize("name", ["diff-mech", "cope-mech", "tda-mech", "rope-mech", "tra-mech", "fot-mech"])
 def test_evaluation_predicts_what_the_pytorch_paths_predict(name):
     model = models.load_pretrained(name)
     tokens = load_split("sparse", 24)

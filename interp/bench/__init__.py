@@ -467,8 +467,10 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
     d_model] x [d_model, d_mlp]`` in the same arrangement right after them (``mlp_matmul_of_square``:
     what the model's own largest products reach of it), and PyTorch's fused causal attention at its
     head shape (:func:`attention_rate`), printed once. ``torch_path_s``: the same evaluation with
-    the native kernels switched off (:mod:`kernels.tooling.native`; they serve softmax without a bias,
-    Diff, CoPE, trela and TDA, so for TRA and FoT the two columns differ by the noise alone). With ``baseline`` also
+    the native kernels switched off (:mod:`kernels.tooling.native`: the attention cores of softmax
+    without a bias, Diff, CoPE, trela and TDA, and every model's norms and SwiGLU); ``passes_s``:
+    with the norms' and SwiGLU's passes alone switched off (:func:`kernels.tooling.native.passes_switched_off`).
+    With ``baseline`` also
     the loop it replaced (:func:`legacy_predict_reads`), whose predictions must be the same."""
     import models
     from interp.evaluate import predict_reads, scored_lengths
@@ -492,11 +494,13 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
         workers = torch.get_num_threads()   # predict_reads' workers, one torch thread each
         square = parallel_matmul_rate(workers, repeats=repeats)
         rates[mlp] = parallel_matmul_rate(workers, repeats=repeats, shape=(32768, cfg.d_model, cfg.d_mlp))
-        now, torch_path, before = [], [], []
+        now, torch_path, without_passes, before = [], [], [], []
         for _ in range(repeats):  # the loops alternate, so that a change in the load falls on all of them
             now.append(_best_time(lambda: predict_reads(model, tokens), 1))
             with native.switched_off():
                 torch_path.append(_best_time(lambda: predict_reads(model, tokens), 1))
+            with native.passes_switched_off():
+                without_passes.append(_best_time(lambda: predict_reads(model, tokens), 1))
             if baseline:
                 before.append(_best_time(lambda: legacy_predict_reads(model, tokens), 1))
         seconds = min(now)
@@ -505,6 +509,7 @@ def bench_eval(names: tuple[str, ...] = EVAL_MODELS, split: str = "sparse", n: i
                "of_roofline": flops / seconds / 1e9 / square, "computed_GFLOP/s": computed / seconds / 1e9,
                "computed_share": computed / seconds / 1e9 / square, "s_per_1e5": seconds * 1e5 / n,
                "torch_path_s": min(torch_path), "native_gain": min(torch_path) / seconds,
+               "passes_s": min(without_passes), "passes_gain": min(without_passes) / seconds,
                "mlp_matmul_GFLOP/s": rates[mlp], "mlp_matmul_of_square": rates[mlp] / square}
         if baseline:
             same = bool((legacy_predict_reads(model, tokens) == predictions).all())

@@ -248,18 +248,21 @@ def train_markdown(root: Path = ROOT) -> str:
 def eval_markdown(root: Path = ROOT) -> str:
     """The block of docs/results/benchmarks.md for ``glitchlens bench eval --out runs/bench``: each
     specimen's evaluation on the scored-prefix measure against the square matmul of the same run at
-    the evaluation's own threads (its rate beside it), the computed share and the native kernels'
-    gain, and the lowest share against the goal of 0.8."""
+    the evaluation's own threads (its rate beside it), the computed share, the native kernels'
+    gain and that of the norms' and SwiGLU's passes alone (where measured), and the lowest share
+    against the goal of 0.8."""
     import pandas as pd
 
     path = root / BENCH_DIR / EVAL_CSV
     if not path.exists():
         return "`glitchlens bench eval --out runs/bench` has not been run on the committed code.\n"
     frame = pd.read_csv(path).rename(columns={"GFLOP/s": "rate", "square_GFLOP/s": "square"})
-    lines = ["| model | s / 1000 seq | model GFLOP/s | square GFLOP/s | of roofline | computed share | native gain |",
-             "|---|---|---|---|---|---|---|"]
+    passes = "passes_gain" in frame.columns   # measured since the norms and SwiGLU got their passes
+    lines = ["| model | s / 1000 seq | model GFLOP/s | square GFLOP/s | of roofline | computed share | native gain |"
+             + (" norm and MLP passes' gain |" if passes else ""), "|---|---|---|---|---|---|---|" + ("---|" if passes else "")]
     lines += [f"| {r.model} | {r.eval_s * 1000 / r.n:.2f} | {r.rate:.1f} | {r.square:.1f} | **{r.of_roofline:.2f}** | "
-              f"{r.computed_share:.2f} | {r.native_gain:.2f}x |" for r in frame.itertuples(index=False)]
+              f"{r.computed_share:.2f} | {r.native_gain:.2f}x |" + (f" {r.passes_gain:.2f}x |" if passes else "")
+              for r in frame.itertuples(index=False)]
     lowest, threads = frame.set_index("model").of_roofline, int(frame.threads.iloc[0])
     text = (f"First {int(frame.n.iloc[0])} `sparse` sequences, {threads} thread{'s' if threads > 1 else ''}: the lowest "
             f"share of the roofline is {lowest.min():.2f} ({lowest.idxmin()}); the goal is 0.8 or more for every specimen.")

@@ -550,3 +550,36 @@ int threshold_rule_backward(float *dA, const float *r1, const float *r2, int64_t
     }
     return 0;
 }
+
+/* The blocks' per-position work in the evaluation, one pass where PyTorch makes several. */
+
+/* RMSNorm (models/backbone.py's RMSNorm): row r of x [n_rows, d] to y = x / sqrt(mean(x^2) + eps) * w. */
+int rms_norm_rows(const float *x, const float *w, int64_t n_rows, int64_t d, float eps, float *y) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *restrict row = x + r * d;
+        float *restrict out = y + r * d, squares = 0.0f;
+        for (int64_t j = 0; j < d; j++)
+            squares += row[j] * row[j];
+        const float inverse_rms = 1.0f / sqrtf(squares / (float)d + eps);
+        for (int64_t j = 0; j < d; j++)
+            out[j] = row[j] * inverse_rms * w[j];
+    }
+    return 0;
+}
+
+/* SwiGLU's hidden activation (models/backbone.py's SwiGLU) from its two products x W_gate and x W_in
+ * [n_rows, d], each with its bias added here (NULL: none): h = silu(gate + b_gate) * (linear + b_in).
+ * exp's argument is held below 88, where expf overflows: -ffast-math's reciprocal of an infinite
+ * 1 + e^-pre is NaN, where silu(pre) for pre < -88 is below 1e-36 either way. */
+int swiglu_hidden(const float *gate, const float *linear, const float *b_gate, const float *b_in, int64_t n_rows,
+                  int64_t d, float *h) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *restrict a = gate + r * d, *restrict c = linear + r * d;
+        float *restrict out = h + r * d;
+        for (int64_t j = 0; j < d; j++) {
+            const float pre = a[j] + (b_gate ? b_gate[j] : 0.0f), pre_linear = c[j] + (b_in ? b_in[j] : 0.0f);
+            out[j] = pre / (1.0f + expf(fminf(-pre, 88.0f))) * pre_linear;
+        }
+    }
+    return 0;
+}

@@ -4,7 +4,9 @@ Diff, CoPE, trela and TDA, four query rows at a time, each loop vectorised along
 training too, trela's and TDA's q~ and k~ (RoPE then unit length) and their gradient, one pass
 over each row each way where PyTorch makes about ten (:func:`rotated_unit_forward`), and CoPE's
 logits and their gradient in the training path's blocks (:func:`cope_positions`), Shaw's
-(:func:`shaw_logits_`), and trela's and TDA's weights and their gradient (:func:`threshold_weights_`).
+(:func:`shaw_logits_`), and trela's and TDA's weights and their gradient (:func:`threshold_weights_`);
+and the blocks' per-position work in the evaluation: RMSNorm (:func:`rms_norm`) and SwiGLU's hidden
+activation (:func:`swiglu_hidden`), one pass each.
 
 At the ``mech`` head size (d_head 16, 8 per Diff view) PyTorch's own paths are far from the
 matmul roofline (its fused attention does about 40 GFLOP/s there, of 160-200): each query
@@ -63,6 +65,7 @@ SOURCE = Path(__file__).with_name("native.c")
 COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC", "-std=c11")
 _build_lock = threading.Lock()
 _switched_on = True
+_passes_on = True
 _I64, _F32, _PTR = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
 SIGNATURES = {
     "softmax_attention": [_PTR] * 6 + [_I64] * 5 + [_F32, _F32, _PTR],
@@ -78,6 +81,8 @@ SIGNATURES = {
     "shaw_rule_backward": [_PTR] + [_I64] * 6 + [_PTR],
     "threshold_rule_weights": [_PTR] * 3 + [_I64] * 5 + [_F32, _F32, _PTR],
     "threshold_rule_backward": [_PTR] * 3 + [_I64] * 5 + [_F32, _F32] + [_PTR] * 3,
+    "rms_norm_rows": [_PTR] * 2 + [_I64] * 2 + [_F32, _PTR],
+    "swiglu_hidden": [_PTR] * 4 + [_I64] * 2 + [_PTR],
 }
 PAD = 16  # native.c's PAD: keys and values are padded to a multiple of it, a multiple of every vector width
 
@@ -280,9 +285,10 @@ def _run(kernel: str, chunked: list[torch.Tensor | None], shared: list[torch.Ten
     return heads_last(z[..., :v.shape[-1]], v)
 
 
-def _split(n: int, call) -> None:
-    """``call(lo, hi)`` over ``0..n`` in one chunk per torch thread (the C calls release the GIL)."""
-    workers = max(1, min(torch.get_num_threads(), n))
+def _split(n: int, call, grain: int = 1) -> None:
+    """``call(lo, hi)`` over ``0..n`` in one chunk per torch thread (the C calls release the GIL),
+    each of at least ``grain`` items."""
+    workers = max(1, min(torch.get_num_threads(), n // grain))
     bounds = [n * w // workers for w in range(workers + 1)]
     if workers == 1:
         call(0, n)
@@ -511,3 +517,76 @@ def threshold_backward_(dA: torch.Tensor, rectified: list[torch.Tensor], lam: fl
 
     _split(n_bh, call)
     return [dA] if dS2 is None else [dA, dS2]
+
+
+# Rows a thread of the per-position kernels gets at least: below it a thread costs more than it saves.
+ROWS_PER_THREAD = 4096
+
+
+def position_kernels_run(*tensors: torch.Tensor) -> bool:
+    """Whether :func:`rms_norm` and :func:`swiglu_hidden` run on ``tensors``: :func:`usable`, every
+    one float32 and no autocast (which would hand them products in another dtype), and not within
+    :func:`passes_switched_off`; elsewhere the modules' PyTorch paths compute as they do."""
+    return (_passes_on and all(t.dtype == torch.float32 for t in tensors) and not torch.is_autocast_enabled("cpu")
+            and usable(*tensors))
+
+
+@contextlib.contextmanager
+def passes_switched_off():
+    """Within it the norms and SwiGLU run their PyTorch paths and the attention kernels still run:
+    the benchmarks' baseline for the per-position passes alone."""
+    global _passes_on
+    saved, _passes_on = _passes_on, False
+    try:
+        yield
+    finally:
+        _passes_on = saved
+
+
+def _float32(*tensors: torch.Tensor | None) -> None:
+    """The per-position kernels read float32 memory: anything else is a caller's mistake."""
+    for t in tensors:
+        if t is not None and (t.dtype != torch.float32 or t.device.type != "cpu"):
+            raise TypeError(f"the native per-position kernels take float32 CPU tensors, got {t.dtype} on {t.device}")
+
+
+def _by_rows(n_rows: int, call) -> None:
+    """``call(lo, hi)`` over row chunks, one per torch thread where each gets
+    :data:`ROWS_PER_THREAD` rows or more."""
+    _split(n_rows, call, ROWS_PER_THREAD)
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x / sqrt(mean(x^2) + eps) * w`` over the last dimension of float32 ``x [..., d]`` in one
+    pass per row: :class:`models.backbone.RMSNorm`'s output, up to float rounding."""
+    _float32(x, w)
+    d = x.shape[-1]
+    x, w = x.contiguous(), w.contiguous()
+    y = torch.empty_like(x)
+    rows, out = x.view(-1, d), y.view(-1, d)
+
+    def call(lo: int, hi: int) -> None:
+        library().rms_norm_rows(rows[lo:hi].data_ptr(), w.data_ptr(), hi - lo, d, eps, out[lo:hi].data_ptr())
+
+    _by_rows(len(rows), call)
+    return y
+
+
+def swiglu_hidden(pre: torch.Tensor, pre_linear: torch.Tensor, b_gate: torch.Tensor | None,
+                  b_in: torch.Tensor | None) -> torch.Tensor:
+    """``silu(pre + b_gate) * (pre_linear + b_in)`` of float32 ``[..., d_mlp]`` products (a None bias:
+    none) in one pass: :class:`models.backbone.SwiGLU`'s hidden activation, up to float rounding."""
+    _float32(pre, pre_linear, b_gate, b_in)
+    d = pre.shape[-1]
+    pre, pre_linear = pre.contiguous(), pre_linear.contiguous()
+    b_gate, b_in = (None if b is None else b.contiguous() for b in (b_gate, b_in))
+    h = torch.empty_like(pre)
+    gate, linear, out = pre.view(-1, d), pre_linear.view(-1, d), h.view(-1, d)
+    biases = [None if b is None else b.data_ptr() for b in (b_gate, b_in)]
+
+    def call(lo: int, hi: int) -> None:
+        library().swiglu_hidden(gate[lo:hi].data_ptr(), linear[lo:hi].data_ptr(), *biases, hi - lo, d,
+                                out[lo:hi].data_ptr())
+
+    _by_rows(len(out), call)
+    return h
