@@ -519,7 +519,8 @@ def threshold_backward_(dA: torch.Tensor, rectified: list[torch.Tensor], lam: fl
     return [dA] if dS2 is None else [dA, dS2]
 
 
-# Rows a thread of the per-position kernels gets at least: below it a thread costs more than it saves.
+# Rows a thread of the per-position kernels gets at least, a chosen grain: a short call (the rows of
+# a few reads) runs on the calling thread rather than start a pool.
 ROWS_PER_THREAD = 4096
 
 
