@@ -84,6 +84,8 @@ def test_specs_name_the_class_or_the_name():
 
 
 def test_the_environment_variable_is_read_when_a_name_is_unknown(monkeypatch):
+    for table in (REGISTRY, MODEL_FAMILIES, mechanisms._PLUGINS):   # as in a fresh process, whatever ran before
+        table.pop("sigmoid", None)
     with pytest.raises(ValueError, match="unknown model 'sigmoid'.*GLITCHLENS_MECHANISMS=MODULE:CLASS"):
         ModelConfig(model="sigmoid")
     monkeypatch.setenv(mechanisms.ENVIRONMENT_VARIABLE, f"{PLUGIN}, peek=plugin_mechanisms:PeekingAttention")
