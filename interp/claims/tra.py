@@ -101,19 +101,20 @@ def paper_numbers(model: str) -> str:
     return f"{numbers} (iid / dense / sparse)"
 
 
-DIFF_SEEDS = (0, 1, 2)
-
-
 def diff_evidence() -> Evidence:
-    """Diff's row at its longest budget (10,000 steps, seeds 0-2), with seed 0's shorter budgets
-    beside it: the verdict is :func:`table1_evidence`'s on the 10,000-step runs, and the seeds not
-    finished yet are priced."""
-    names = [f"diff-steps10000-seed{seed}" for seed in DIFF_SEEDS]
+    """Diff's row at its longest budget (10,000 steps, the seeds ``table1-budget`` trains there:
+    :data:`interp.studies.registry.TABLE1_BUDGET_SEEDS`), with seed 0's shorter budgets beside it:
+    the verdict is :func:`table1_evidence`'s on the 10,000-step runs, and the seeds not finished
+    yet are priced."""
+    from interp.studies.registry import TABLE1_BUDGET_SEEDS
+
+    seeds = TABLE1_BUDGET_SEEDS[("diff", 10_000)]
+    names = [f"diff-steps10000-seed{seed}" for seed in seeds]
     found = table1_evidence("diff", "table1-budget", names)
     dense = {steps: sources.result(*run)["splits"]["dense"]["sequence_accuracy"] for steps, run in
              (("1000", ("table1-cpu", "diff-seed0")), ("3000", ("table1-budget", "diff-steps3000-seed0")))}
     before = ", ".join(f"{100 * a:.2f}% at {steps} steps" for steps, a in dense.items())
-    missing = [seed for seed, name in zip(DIFF_SEEDS, names) if not sources.has_result("table1-budget", name)]
+    missing = [seed for seed, name in zip(seeds, names) if not sources.has_result("table1-budget", name)]
     if missing:
         from interp.studies.specimens import table1
 
