@@ -13,6 +13,7 @@ from interp.claims.cost import cost_text, unfinished, varied
 from interp.claims.stats import decide, every_seed, one_sample_t_test, seed_interval, share_interval
 from interp.claims.verdicts import MOSTLY_WRONG, Claim, Evidence, overlaps, paper_range, percent_interval
 from interp.studies.reproduce import LEARNED, PAPER_TABLE1, SPLIT_ORDER
+from interp.studies.registry import TABLE1_BUDGET_SEEDS
 
 PAPER_SEEDS = 4           # TRA paper, Table 1: mean and standard deviation over 4 seeds
 PAPER_STEPS = 25_000
@@ -106,8 +107,6 @@ def diff_evidence() -> Evidence:
     :data:`interp.studies.registry.TABLE1_BUDGET_SEEDS`), with seed 0's shorter budgets beside it:
     the verdict is :func:`table1_evidence`'s on the 10,000-step runs, and the seeds not finished
     yet are priced."""
-    from interp.studies.registry import TABLE1_BUDGET_SEEDS
-
     seeds = TABLE1_BUDGET_SEEDS[("diff", 10_000)]
     names = [f"diff-steps10000-seed{seed}" for seed in seeds]
     found = table1_evidence("diff", "table1-budget", names)
@@ -144,7 +143,8 @@ TABLE1_CLAIMS = [
                  (115, "generalises quite well on the sparse setting, but totally collapses on the dense")),
     table1_claim("ape", "APE", "table1-10000", (0, 1, 2), f"{CPU}, 10,000 steps at T = 512, seeds 0-2",
                  "learns iid, glitches on dense and sparse", STRUGGLE),
-    table1_claim("rel", "REL", "table1-budget", (0, 1, 2), f"{CPU}, 10,000 steps at T = 512, seeds 0-2",
+    table1_claim("rel", "REL", "table1-budget", TABLE1_BUDGET_SEEDS[("rel", 10_000)],
+                 f"{CPU}, 10,000 steps at T = 512, seeds 0-2",
                  "learns iid, glitches on dense and sparse", STRUGGLE, name="{model}-steps10000-seed{seed}"),
     table1_claim("label", "Label", "table1-10000", (0, 1, 2), f"{CPU}, 10,000 steps at T = 512, seeds 0-2",
                  "learns iid, glitches on dense and sparse", STRUGGLE),
