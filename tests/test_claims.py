@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from interp import claims
-from interp.claims import measure, sources, stats
+from interp.claims import measure, sources, stats, sweep_tables
 from interp.claims import cost
 from interp.claims.cope import task_comparison_evidence
 from interp.claims.tda import SINGLE_VIEW_NOISE
@@ -251,23 +251,9 @@ def test_an_edited_committed_number_shows(table, monkeypatch):
     assert claims.write_docs(pd.concat([table[table.key != "ff-r1-glitch"], changed]), check=True)
 
 
-# Prose that quotes a sweep's run counts: (file, pattern, sweep, the groups' fields in sweep_counts)
-QUOTED_COUNTS = [
-    ("docs/results/claims.md", r"at 10,000 steps \((\d+) of the (\d+) runs finished\)", "table1-10000",
-     ("finished", "runs")),
-    ("docs/results/claims.md", r"The (\d+) finished runs\n", "table1-10000", ("finished",)),
-    ("docs/results/claims.md", r"Not finished: Diff, FoT, CoPE, trela, TDA and REL\*\*, (\d+) runs", "table1-10000",
-     ("unfinished",)),
-]
-
-
-def test_the_sweep_counts_the_docs_quote():
+def test_every_counted_sweep_has_a_resume_command():
     counts = sources.sweep_counts().set_index("sweep")
     assert counts.loc["table1-10000", "finished"] == len(sources.finished("table1-10000"))
-    for file, pattern, sweep, fields in QUOTED_COUNTS:
-        found = re.search(pattern, (sources.ROOT / file).read_text())
-        assert found, f"{file}: no {pattern!r}"
-        assert tuple(int(g) for g in found.groups()) == tuple(counts.loc[sweep, f] for f in fields), (file, pattern)
     results = (sources.ROOT / "docs/results/claims.md").read_text()
     resumable = re.findall(r"^\| `glitchlens reproduce [^`]*--out runs/([\w-]+)` \| [^|\d]", results, re.M)
     assert sorted(resumable) == sorted(counts.index), "Sweeps still to finish: one command per counted sweep"
@@ -281,6 +267,34 @@ def test_the_sweep_counts_read_the_held_out_accuracies():
     assert (row.with_held_out, row.held_out_min, row.held_out_max) == (3, min(accuracies), max(accuracies))
     assert row.learned == sum(a >= 0.99 for a in accuracies)
     assert counts.loc["cope-tasks", "with_held_out"] == 0 and counts.loc["cope-tasks", "learned"] == 0
+
+
+def test_the_sweep_tables_are_the_sweeps_own_reports():
+    """The docs' tables of Table 1 and App. A are what `reproduce --report-only` wrote from the same runs."""
+    report = (sources.RUNS / "table1-cpu" / "table1.md").read_text()
+    assert sweep_tables.table1_markdown("table1-cpu").startswith(report)
+    assert sweep_tables.study_markdown("app-a") == (sources.RUNS / "app-a" / "summary.md").read_text()
+
+
+def test_the_budget_table_reads_each_run():
+    label = sources.result("table1-budget", "label-steps10000-seed0")
+    row = next(line for line in sweep_tables.budgets_markdown().splitlines() if line.startswith("| label |"))
+    iid = label["splits"]["iid"]
+    assert f"{100 * iid['sequence_accuracy']:.1f}% ({iid['read_errors']:,})" in row
+    learned = label["held_out"]["sequence_accuracy"] >= 0.99
+    assert (f"**{100 * label['held_out']['sequence_accuracy']:.1f}%**" in row) == learned
+
+
+def test_a_seed_not_finished_reads_as_a_dash(monkeypatch):
+    has_result = sources.has_result
+    monkeypatch.setattr(sources, "has_result", lambda sweep, name: name != "tra-seed1" and has_result(sweep, name))
+    row = next(line for line in sweep_tables.seeds_markdown("table1-10000").splitlines() if line.startswith("| tra |"))
+    assert row.startswith("| tra | 2 of 2 | 100.0 / - / 100.0 |")
+
+
+def test_percentages_keep_a_second_decimal_near_0_and_100():
+    assert [sweep_tables.percent(a) for a in (0, 0.0003, 0.5, 0.9996, 1)] == ["0.0%", "0.03%", "50.0%", "99.96%",
+                                                                             "100.0%"]
 
 
 @pytest.mark.slow

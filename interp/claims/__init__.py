@@ -6,7 +6,8 @@ computes our :class:`Evidence` from committed files (:mod:`interp.claims.sources
 sweep tables, figure CSVs, and measurements on the specimens cached under ``runs/claims/`` by
 :mod:`interp.claims.measure`). The verdict is :func:`interp.claims.verdicts.verdict`, one rule
 for every row (its docstring states it). :func:`table` is the claims table; the table in
-docs/results/claims.md, the counts in README.md and the sweeps' run counts are written from it by
+docs/results/claims.md, the counts in README.md, the sweeps' run counts and their tables
+(:mod:`interp.claims.sweep_tables`) are written from committed files by
 :func:`write_docs` (``glitchlens claims --write-docs``), and ``tests/test_claims.py`` fails when a
 committed file or a doc disagrees with what this computes.
 """
@@ -160,12 +161,19 @@ def attribution_markdown(root: Path = ROOT) -> str:
 def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
     """A block on lines of its own starts and ends with a newline; the README's is inline."""
     from interp.bench.load import demo_sentence, eval_markdown, load_markdown, train_markdown
+    from interp.claims.sweep_tables import (budgets_markdown, reruns_markdown, seeds_markdown, study_markdown,
+                                            table1_markdown)
     from interp.studies.campaign import throughput_markdown
     from interp.studies.pretrained import specimens_markdown
 
     return {("docs/results/claims.md", "claims-table"): "\n" + to_markdown(frame),
             ("docs/results/claims.md", "claims-counts"): "\n" + counts_sentence(frame) + ".\n",
             ("docs/results/claims.md", "sweep-counts"): "\n" + sweeps_markdown(),
+            ("docs/results/claims.md", "table1-cpu"): "\n" + table1_markdown("table1-cpu"),
+            ("docs/results/claims.md", "table1-reruns"): "\n" + reruns_markdown(),
+            ("docs/results/claims.md", "table1-budgets"): "\n" + budgets_markdown(),
+            ("docs/results/claims.md", "table1-10000"): "\n" + seeds_markdown("table1-10000"),
+            ("docs/results/claims.md", "app-a-runs"): "\n" + study_markdown("app-a"),
             ("docs/results/benchmarks.md", "gpu-kernels"): "\n" + gpu_kernels_markdown(),
             ("docs/results/benchmarks.md", "attribution-agreement"): "\n" + attribution_markdown(),
             ("docs/results/benchmarks.md", "under-load"): "\n" + load_markdown(),
