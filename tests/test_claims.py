@@ -292,6 +292,32 @@ def test_a_seed_not_finished_reads_as_a_dash(monkeypatch):
     assert row.startswith("| tra | 2 of 2 | 100.0 / - / 100.0 |")
 
 
+def test_the_retrieval_probes_pick_each_probes_best_head():
+    from interp.metrics import bit_carrier_attention, bit_carrier_summary, capture_maps, last_write_attention
+    from interp.metrics import last_write_summary
+    from interp.tasks import load_split
+
+    row = measure.retrieval_probes(n=8, batch=4, specimens=("rope-mech",)).iloc[0]
+    tokens = load_split("iid", 8)
+    _, maps = capture_maps(measure.load("rope-mech"), tokens, ["pattern"])
+    carrier, write = (summary(probe(maps["pattern"], tokens)).query(f"layer == 1 and metric == '{metric}'")
+                      .set_index("head").value
+                      for summary, probe, metric in ((bit_carrier_summary, bit_carrier_attention, "bit_carrier_argmax_rate"),
+                                                     (last_write_summary, last_write_attention, "last_write_argmax_rate")))
+    assert (row.carrier_head, row.write_head) == (carrier.idxmax(), write.idxmax())
+    assert (row.carrier_argmax_rate, row.write_argmax_rate) == pytest.approx((carrier.max(), write.max()))
+
+
+def test_the_probes_table_reads_the_cached_measurement():
+    frame = sources.csv("runs/claims/retrieval_probes.csv")
+    lines = sweep_tables.probes_markdown().splitlines()
+    for r in frame.itertuples():
+        row = next(line for line in lines if line.startswith(f"| `{r.specimen}` |"))
+        assert f"L{r.layers - 1}H{r.carrier_head}: {r.carrier_argmax_rate:.2f}" in row
+    assert sweep_tables.rate(0.9998) == "1.00 (0.9998)" and sweep_tables.rate(0.0002) == "0.00 (0.0002)"
+    assert sweep_tables.rate(1.0) == "1.00" and sweep_tables.rate(0.5) == "0.50"
+
+
 def test_percentages_keep_a_second_decimal_near_0_and_100():
     assert [sweep_tables.percent(a) for a in (0, 0.0003, 0.5, 0.9996, 1)] == ["0.0%", "0.03%", "50.0%", "99.96%",
                                                                              "100.0%"]

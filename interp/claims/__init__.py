@@ -161,8 +161,8 @@ def attribution_markdown(root: Path = ROOT) -> str:
 def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
     """A block on lines of its own starts and ends with a newline; the README's is inline."""
     from interp.bench.load import demo_sentence, eval_markdown, load_markdown, train_markdown
-    from interp.claims.sweep_tables import (budgets_markdown, reruns_markdown, seeds_markdown, study_markdown,
-                                            table1_markdown)
+    from interp.claims.sweep_tables import (budgets_markdown, probes_markdown, reruns_markdown, seeds_markdown,
+                                            sharpening_markdown, study_markdown, table1_markdown)
     from interp.studies.campaign import throughput_markdown
     from interp.studies.pretrained import specimens_markdown
 
@@ -174,6 +174,9 @@ def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
             ("docs/results/claims.md", "table1-budgets"): "\n" + budgets_markdown(),
             ("docs/results/claims.md", "table1-10000"): "\n" + seeds_markdown("table1-10000"),
             ("docs/results/claims.md", "app-a-runs"): "\n" + study_markdown("app-a"),
+            ("docs/results/claims.md", "sharpening-automaton"): "\n" + sharpening_markdown("automaton-1l"),
+            ("docs/results/claims.md", "sharpening-rope"): "\n" + sharpening_markdown("rope-mech"),
+            ("docs/results/claims.md", "retrieval-probes"): "\n" + probes_markdown(),
             ("docs/results/benchmarks.md", "gpu-kernels"): "\n" + gpu_kernels_markdown(),
             ("docs/results/benchmarks.md", "attribution-agreement"): "\n" + attribution_markdown(),
             ("docs/results/benchmarks.md", "under-load"): "\n" + load_markdown(),

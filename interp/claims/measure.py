@@ -292,6 +292,45 @@ def write_json(path, value) -> None:
 
 
 # name -> (function, seconds it takes on one core of the development machine, about)
+def retrieval_probes(n: int = 256, batch: int = 16, specimens: tuple[str, ...] = FLIPFLOP_SPECIMENS) -> pd.DataFrame:
+    """The two retrieval probes on each flip-flop specimen's final layer, over the first ``n``
+    ``iid`` sequences: for the bit-carrier probe (:func:`interp.metrics.bit_carrier_attention`,
+    ``carrier_*``) and the exact-write probe (:func:`interp.metrics.last_write_attention`,
+    ``write_*``) the head with the highest argmax rate (``*_head``), that rate and the head's mean
+    weight on the probe's positions, over all reads; and the share of reads the specimen gets
+    right (``reads_right``, from the same forward's logits). Layer 0's best bit-carrier head is
+    beside them (``layer0_carrier_*``): where the bit is read from when the final layer reads it
+    from a copy."""
+    from interp.metrics import bit_carrier_attention, capture_maps, last_write_attention, read_table
+    from interp.tasks import load_split
+
+    tokens = load_split("iid", n)
+    rows = []
+    for name in specimens:
+        model = load(name)
+        carrier, write, reads = [], [], []
+        with torch.no_grad():
+            for lo in range(0, n, batch):
+                part = tokens[lo:lo + batch]
+                logits, maps = capture_maps(model, part, ["pattern"])
+                carrier.append(bit_carrier_attention(maps["pattern"], part))
+                write.append(last_write_attention(maps["pattern"], part))
+                reads.append(read_table(part, logits.argmax(-1)[:, :-1].numpy()))
+        carrier, write, reads = (pd.concat(t, ignore_index=True) for t in (carrier, write, reads))
+        final = int(carrier.layer.max())
+        row = {"specimen": name, "layers": final + 1, "n_sequences": n, "reads": len(reads),
+               "reads_right": float(reads.correct.mean())}
+        for prefix, table, weight, layer in (("carrier", carrier, "carrier_weight", final),
+                                             ("write", write, "weight", final),
+                                             ("layer0_carrier", carrier, "carrier_weight", 0)):
+            heads = table[table.layer == layer].groupby("head").agg(rate=("is_argmax", "mean"), weight=(weight, "mean"))
+            best = heads.rate.idxmax()
+            row |= {f"{prefix}_head": int(best), f"{prefix}_argmax_rate": float(heads.rate[best]),
+                    f"{prefix}_weight": float(heads.weight[best])}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 MEASUREMENTS = {
     "length_generalisation": (length_generalisation, 1200),
     "tda_sparsity": (tda_sparsity, 240),
@@ -301,6 +340,7 @@ MEASUREMENTS = {
     "weight_norms": (weight_norms, 1),
     "automaton_sharpness": (automaton_sharpness, 5),
     "value_weighted_attention": (value_weighted_attention, 3),
+    "retrieval_probes": (retrieval_probes, 300),
 }
 FAST = tuple(name for name, (_, seconds) in MEASUREMENTS.items() if seconds <= 5)
 STUDIES = {"r1-checkpoints": r1_checkpoints}

@@ -1,7 +1,9 @@
-"""The sweeps' tables that docs/results/claims.md shows, computed from the runs' committed
-``result.json`` files (:mod:`interp.claims.sources`) by the functions that write each sweep's own
-report, so the docs never hold a copied number: ``glitchlens claims --write-docs`` writes them
-between their markers and ``tests/test_claims.py`` fails when one is stale.
+"""The tables of results that docs/results/claims.md shows beside the claims table: the sweeps',
+computed from the runs' committed ``result.json`` files (:mod:`interp.claims.sources`) by the
+functions that write each sweep's own report, and the retrieval probes on the specimens, from
+their cached measurement; so the docs never hold a copied number: ``glitchlens claims
+--write-docs`` writes them between their markers and ``tests/test_claims.py`` fails when one is
+stale.
 
 Percentages are of sequences right (full-sequence accuracy); "learned" is
 :data:`interp.studies.reproduce.LEARNED` of the held-out FFL(0.8) sequences (``iid`` for Table 1's
@@ -38,6 +40,12 @@ def percent(accuracy: float) -> str:
     """An accuracy as a percentage, with a second decimal where one would read 0.0 or 100.0."""
     value = 100 * accuracy
     return f"{value:.2f}%" if 0 < value < 0.1 or 99.95 <= value < 100 else f"{value:.1f}%"
+
+
+def error_percent(rate: float) -> str:
+    """An error rate as a percentage: 3 significant digits down to 1%, 2 below."""
+    value = 100 * rate
+    return f"{value:.1f}%" if value >= 10 else f"{value:.2f}%" if value >= 1 else f"{value:.2g}%"
 
 
 def budgets_markdown() -> str:
@@ -121,4 +129,80 @@ def reruns_markdown() -> str:
                             for s in SPLIT_ORDER)
         before = sources.result("table1-cpu", name)["held_out"]["sequence_accuracy"]
         lines.append(f"| `{file}` | {changed} | {percent(held['sequence_accuracy'])} | {splits} | {percent(before)} |")
+    return "\n".join(lines) + "\n"
+
+
+def rate(value: float) -> str:
+    """A rate to 2 decimals, with 4 more in parentheses where 2 would round it to 0 or 1."""
+    shown = f"{value:.2f}"
+    return f"{shown} ({value:.4f})" if shown in ("0.00", "1.00") and 0 < value < 1 else shown
+
+
+def probes_markdown() -> str:
+    """The retrieval probes on every flip-flop specimen (``runs/claims/retrieval_probes.csv``,
+    :func:`interp.claims.measure.retrieval_probes`): per probe its best final-layer head, argmax
+    rate / mean weight."""
+    frame = sources.csv("runs/claims/retrieval_probes.csv")
+    first = frame.iloc[0]
+    lines = [f"First {first.n_sequences} `iid` sequences (T = 512, {first.reads:,} reads); final layer, its best head "
+             "by argmax rate for each probe; argmax rate / mean weight.", "",
+             "| model | reads right | bit-carrier probe | exact-write probe | layer 0's bit-carrier probe |",
+             "|---|---|---|---|---|"]
+    for r in frame.itertuples():
+        cells = [f"L{layer}H{getattr(r, f'{p}_head')}: {rate(getattr(r, f'{p}_argmax_rate'))} / "
+                 f"{getattr(r, f'{p}_weight') + 0.0:.2f}".replace("-0.00", "0.00")
+                 for p, layer in (("carrier", r.layers - 1), ("write", r.layers - 1), ("layer0_carrier", 0))]
+        lines.append(f"| `{r.specimen}` | {100 * r.reads_right:.2f}% | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _sharpening_runs(base: str) -> list[dict]:
+    """The finished ``sharpening`` runs of one set-up, unregularised first, then by term, strength and seed."""
+    terms = ("none", "entropy", "linf")
+    runs = [r for r in finished_results("sharpening") if r["name"].startswith(f"{base}-")]
+    return sorted(runs, key=lambda r: (terms.index(r["regulariser"]), r["reg_coef"], r["seed"]))
+
+
+def _run_label(result: dict) -> str:
+    term = {"none": "unregularised", "entropy": "entropy", "linf": "L-inf"}[result["regulariser"]]
+    strength = "" if result["regulariser"] == "none" else f" {result['reg_coef']:g}"
+    return f"{term}{strength}, seed {result['seed']}"
+
+
+def _sharp(result: dict) -> float:
+    """The largest layer's share of sharp reads (positions) of a sharpening run."""
+    layers = [layer for measured in result["sharpness"].values() for layer in measured]
+    return max(sum(m["sharp"] for m in layers if m["layer"] == layer) / sum(m["n"] for m in layers if m["layer"] == layer)
+               for layer in {m["layer"] for m in layers})
+
+
+def sharpening_markdown(base: str) -> str:
+    """The ``sharpening`` runs of ``automaton-1l`` (the automaton read at every position, at the
+    training length and at T = 512, with 95% Wilson intervals) or of ``rope-mech`` (wrong reads of
+    ``sparse`` and ``dense``, and ``iid``), each with its share of sharp reads."""
+    from interp.claims.verdicts import wilson
+    from interp.studies.reproduce import LEARNED
+
+    runs = _sharpening_runs(base)
+    if base == "automaton-1l":
+        lines = ["| run | sharp positions | T = 128: sequences right | T = 512: sequences right (95% interval of the "
+                 "failure rate) | T = 512: wrong positions (95% interval of the rate) |", "|---|---|---|---|---|"]
+        for r in runs:
+            short, long = r["automaton"]["128"], r["automaton"]["512"]
+            failed = round((1 - long["sequence_accuracy"]) * long["sequences"])
+            positions = long["sequences"] * 512
+            wrong = round((1 - long["position_accuracy"]) * positions)
+            (f_low, f_high), (w_low, w_high) = wilson(failed, long["sequences"]), wilson(wrong, positions)
+            lines.append(f"| {_run_label(r)} | {100 * _sharp(r):.1f}% | {percent(short['sequence_accuracy'])} | "
+                         f"{percent(long['sequence_accuracy'])} ({100 * f_low:.2f}-{100 * f_high:.2f}% fail) | "
+                         f"{wrong:,} of {positions:,} ({w_low:.1e}-{w_high:.1e}) |")
+        return "\n".join(lines) + "\n"
+    lines = ["| run | sharp reads | `iid` sequences right | `sparse` wrong reads (rate) | `dense` wrong reads (rate) |",
+             "|---|---|---|---|---|"]
+    for r in runs:
+        learned = "" if r["held_out"]["sequence_accuracy"] >= LEARNED else " (not learned)"
+        wrong = [f"{r['splits'][s]['read_errors']:,} of {r['splits'][s]['reads']:,} "
+                 f"({error_percent(r['splits'][s]['error_rate'])})" for s in ("sparse", "dense")]
+        lines.append(f"| {_run_label(r)} | {100 * _sharp(r):.1f}% | {percent(r['splits']['iid']['sequence_accuracy'])}"
+                     f"{learned} | {wrong[0]} | {wrong[1]} |")
     return "\n".join(lines) + "\n"
