@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from interp import claims
-from interp.claims import measure, sources, stats, sweep_tables
+from interp.claims import measure, result_tables, sources, stats
 from interp.claims import cost
 from interp.claims.cope import task_comparison_evidence
 from interp.claims.tda import SINGLE_VIEW_NOISE
@@ -269,16 +269,16 @@ def test_the_sweep_counts_read_the_held_out_accuracies():
     assert counts.loc["cope-tasks", "with_held_out"] == 0 and counts.loc["cope-tasks", "learned"] == 0
 
 
-def test_the_sweep_tables_are_the_sweeps_own_reports():
+def test_the_result_tables_are_the_sweeps_own_reports():
     """The docs' tables of Table 1 and App. A are what `reproduce --report-only` wrote from the same runs."""
     report = (sources.RUNS / "table1-cpu" / "table1.md").read_text()
-    assert sweep_tables.table1_markdown("table1-cpu").startswith(report)
-    assert sweep_tables.study_markdown("app-a") == (sources.RUNS / "app-a" / "summary.md").read_text()
+    assert result_tables.table1_markdown("table1-cpu").startswith(report)
+    assert result_tables.study_markdown("app-a") == (sources.RUNS / "app-a" / "summary.md").read_text()
 
 
 def test_the_budget_table_reads_each_run():
     label = sources.result("table1-budget", "label-steps10000-seed0")
-    row = next(line for line in sweep_tables.budgets_markdown().splitlines() if line.startswith("| label |"))
+    row = next(line for line in result_tables.budgets_markdown().splitlines() if line.startswith("| label |"))
     iid = label["splits"]["iid"]
     assert f"{100 * iid['sequence_accuracy']:.1f}% ({iid['read_errors']:,})" in row
     learned = label["held_out"]["sequence_accuracy"] >= 0.99
@@ -288,7 +288,7 @@ def test_the_budget_table_reads_each_run():
 def test_a_seed_not_finished_reads_as_a_dash(monkeypatch):
     has_result = sources.has_result
     monkeypatch.setattr(sources, "has_result", lambda sweep, name: name != "tra-seed1" and has_result(sweep, name))
-    row = next(line for line in sweep_tables.seeds_markdown("table1-10000").splitlines() if line.startswith("| tra |"))
+    row = next(line for line in result_tables.seeds_markdown("table1-10000").splitlines() if line.startswith("| tra |"))
     assert row.startswith("| tra | 2 of 2 | 100.0 / - / 100.0 |")
 
 
@@ -310,16 +310,39 @@ def test_the_retrieval_probes_pick_each_probes_best_head():
 
 def test_the_probes_table_reads_the_cached_measurement():
     frame = sources.csv("runs/claims/retrieval_probes.csv")
-    lines = sweep_tables.probes_markdown().splitlines()
+    lines = result_tables.probes_markdown().splitlines()
     for r in frame.itertuples():
         row = next(line for line in lines if line.startswith(f"| `{r.specimen}` |"))
         assert f"L{r.layers - 1}H{r.carrier_head}: {r.carrier_argmax_rate:.2f}" in row
-    assert sweep_tables.rate(0.9998) == "1.00 (0.9998)" and sweep_tables.rate(0.0002) == "0.00 (0.0002)"
-    assert sweep_tables.rate(1.0) == "1.00" and sweep_tables.rate(0.5) == "0.50"
+    assert result_tables.rate(0.9998) == "1.00 (0.9998)" and result_tables.rate(0.0002) == "0.00 (0.0002)"
+    assert result_tables.rate(1.0) == "1.00" and result_tables.rate(0.5) == "0.50"
+
+
+def test_the_glitch_destinations_read_the_figures_csv():
+    frame = sources.figure("12a_glitch_attention")
+    wrong = frame[(frame.model == "rope-mech") & (frame.split == "dense") & (frame.reads == "wrong")]
+    top = wrong.sort_values("share").iloc[-1]
+    lines = result_tables.anatomy_markdown().splitlines()
+    row = next(line for line in lines if line.startswith("| `rope-mech`, dense |"))
+    assert row.startswith(f"| `rope-mech`, dense | {top.n} ({top.n_sequences}) | {top.destination} "
+                          f"{100 * top.share:.1f}% ({100 * top.share_low:.1f}-{100 * top.share_high:.1f})")
+    few = wrong.assign(n=1, share=[0, 0, 0, 0, 1.0])
+    assert result_tables._destinations(few, True) == "spread (1 read)"
+
+
+def test_the_sharpening_tables_read_each_run():
+    run = sources.result("sharpening", "rope-mech-linf0.01-seed0")
+    row = next(line for line in result_tables.sharpening_markdown("rope-mech").splitlines()
+               if line.startswith("| L-inf 0.01, seed 0 |"))
+    assert f"{run['splits']['dense']['read_errors']:,} of 345,709" in row
+    automaton = sources.result("sharpening", "automaton-1l-none-seed1")["automaton"]["512"]
+    row = next(line for line in result_tables.sharpening_markdown("automaton-1l").splitlines()
+               if line.startswith("| unregularised, seed 1 |"))
+    assert f"| {round((1 - automaton['position_accuracy']) * 512_000)} of 512,000 (" in row
 
 
 def test_percentages_keep_a_second_decimal_near_0_and_100():
-    assert [sweep_tables.percent(a) for a in (0, 0.0003, 0.5, 0.9996, 1)] == ["0.0%", "0.03%", "50.0%", "99.96%",
+    assert [result_tables.percent(a) for a in (0, 0.0003, 0.5, 0.9996, 1)] == ["0.0%", "0.03%", "50.0%", "99.96%",
                                                                              "100.0%"]
 
 

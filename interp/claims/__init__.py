@@ -7,7 +7,7 @@ sweep tables, figure CSVs, and measurements on the specimens cached under ``runs
 :mod:`interp.claims.measure`). The verdict is :func:`interp.claims.verdicts.verdict`, one rule
 for every row (its docstring states it). :func:`table` is the claims table; the table in
 docs/results/claims.md, the counts in README.md, the sweeps' run counts and their tables
-(:mod:`interp.claims.sweep_tables`) are written from committed files by
+(:mod:`interp.claims.result_tables`) are written from committed files by
 :func:`write_docs` (``glitchlens claims --write-docs``), and ``tests/test_claims.py`` fails when a
 committed file or a doc disagrees with what this computes.
 """
@@ -161,8 +161,8 @@ def attribution_markdown(root: Path = ROOT) -> str:
 def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
     """A block on lines of its own starts and ends with a newline; the README's is inline."""
     from interp.bench.load import demo_sentence, eval_markdown, load_markdown, train_markdown
-    from interp.claims.sweep_tables import (budgets_markdown, probes_markdown, reruns_markdown, seeds_markdown,
-                                            sharpening_markdown, study_markdown, table1_markdown)
+    from interp.claims.result_tables import (anatomy_markdown, budgets_markdown, probes_markdown, reruns_markdown,
+                                            seeds_markdown, sharpening_markdown, study_markdown, table1_markdown)
     from interp.studies.campaign import throughput_markdown
     from interp.studies.pretrained import specimens_markdown
 
@@ -177,6 +177,7 @@ def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
             ("docs/results/claims.md", "sharpening-automaton"): "\n" + sharpening_markdown("automaton-1l"),
             ("docs/results/claims.md", "sharpening-rope"): "\n" + sharpening_markdown("rope-mech"),
             ("docs/results/claims.md", "retrieval-probes"): "\n" + probes_markdown(),
+            ("docs/results/claims.md", "glitch-destinations"): "\n" + anatomy_markdown(),
             ("docs/results/benchmarks.md", "gpu-kernels"): "\n" + gpu_kernels_markdown(),
             ("docs/results/benchmarks.md", "attribution-agreement"): "\n" + attribution_markdown(),
             ("docs/results/benchmarks.md", "under-load"): "\n" + load_markdown(),

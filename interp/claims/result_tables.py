@@ -1,9 +1,9 @@
 """The tables of results that docs/results/claims.md shows beside the claims table: the sweeps',
 computed from the runs' committed ``result.json`` files (:mod:`interp.claims.sources`) by the
-functions that write each sweep's own report, and the retrieval probes on the specimens, from
-their cached measurement; so the docs never hold a copied number: ``glitchlens claims
---write-docs`` writes them between their markers and ``tests/test_claims.py`` fails when one is
-stale.
+functions that write each sweep's own report; the retrieval probes on the specimens, from their
+cached measurement; the glitch anatomy's destinations, from its figure's CSV. So the docs never
+hold a copied number: ``glitchlens claims --write-docs`` writes them between their markers and
+``tests/test_claims.py`` fails when one is stale.
 
 Percentages are of sequences right (full-sequence accuracy); "learned" is
 :data:`interp.studies.reproduce.LEARNED` of the held-out FFL(0.8) sequences (``iid`` for Table 1's
@@ -205,4 +205,39 @@ def sharpening_markdown(base: str) -> str:
                  f"({error_percent(r['splits'][s]['error_rate'])})" for s in ("sparse", "dense")]
         lines.append(f"| {_run_label(r)} | {100 * _sharp(r):.1f}% | {percent(r['splits']['iid']['sequence_accuracy'])}"
                      f"{learned} | {wrong[0]} | {wrong[1]} |")
+    return "\n".join(lines) + "\n"
+
+
+def _destinations(rows, with_interval: bool, listed: float = 0.10) -> str:
+    """The destinations of one (specimen, split, reads) group, largest share first: each holding at
+    least ``listed`` of the reads (the largest always), the first with its 95% interval."""
+    rows = rows.sort_values("share", ascending=False, kind="stable")
+    n = int(rows.n.iloc[0])
+    if n < rows.min_shown.iloc[0]:
+        return f"{rows.destination.iloc[0]} ({n} read{'s' if n > 1 else ''})"
+    shown = [rows.iloc[0]] + [r for _, r in rows.iloc[1:].iterrows() if r.share >= listed]
+    parts = [f"{r.destination} {100 * r.share:.1f}%" for r in shown]
+    if with_interval:
+        parts[0] += f" ({100 * shown[0].share_low:.1f}-{100 * shown[0].share_high:.1f})"
+    return ", ".join(parts).replace("100.0%", "100%").replace("-100.0)", "-100)")
+
+
+def anatomy_markdown() -> str:
+    """Where the final layer's attention goes at the wrong reads and at the right ones of the same
+    sequences, per glitching specimen and split (``figures/12a_glitch_attention.csv``, what
+    ``glitchlens figures --only glitch_anatomy`` wrote): wrong reads and the sequences scanned, then the
+    destinations holding at least 10% of the reads."""
+    from interp.figures.anatomy import GLITCHING
+
+    frame = sources.figure("12a_glitch_attention")
+    lines = ["| specimen, split | wrong reads (sequences) | destination at the wrong reads | at the right reads |",
+             "|---|---|---|---|"]
+    for model in GLITCHING:
+        for split in dict.fromkeys(frame[frame.model == model].split):
+            at = frame[(frame.model == model) & (frame.split == split)]
+            wrong, right = at[at.reads == "wrong"], at[at.reads == "right"]
+            if wrong.empty or wrong.n.iloc[0] == 0:
+                continue
+            lines.append(f"| `{model}`, {split} | {int(wrong.n.iloc[0])} ({int(wrong.n_sequences.iloc[0])}) | "
+                         f"{_destinations(wrong, True)} | {_destinations(right, False)} |")
     return "\n".join(lines) + "\n"
