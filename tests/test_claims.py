@@ -341,6 +341,17 @@ def test_the_sharpening_tables_read_each_run():
     assert f"| {round((1 - automaton['position_accuracy']) * 512_000)} of 512,000 (" in row
 
 
+def test_the_runs_table_lists_every_finished_run_with_its_steps():
+    lines = result_tables.runs_markdown(("tda-threshold-long", "tda-threshold-4500")).splitlines()[2:]
+    names = sources.finished("tda-threshold-long") + sources.finished("tda-threshold-4500")
+    assert [line.split(" | ")[1] for line in lines] == names
+    for line, name in zip(lines, names):
+        sweep = "tda-threshold-4500" if "4500" in name else "tda-threshold-long"
+        held = sources.result(sweep, name)["held_out"]["sequence_accuracy"]
+        assert line.split(" | ")[2] == ("4,500" if "4500" in name else "3,000")
+        assert line.endswith("| yes |") == (held >= 0.99)
+
+
 def test_percentages_keep_a_second_decimal_near_0_and_100():
     assert [result_tables.percent(a) for a in (0, 0.0003, 0.5, 0.9996, 1)] == ["0.0%", "0.03%", "50.0%", "99.96%",
                                                                              "100.0%"]

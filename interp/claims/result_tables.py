@@ -241,3 +241,22 @@ def anatomy_markdown() -> str:
             lines.append(f"| `{model}`, {split} | {int(wrong.n.iloc[0])} ({int(wrong.n_sequences.iloc[0])}) | "
                          f"{_destinations(wrong, True)} | {_destinations(right, False)} |")
     return "\n".join(lines) + "\n"
+
+
+def runs_markdown(sweeps: tuple[str, ...]) -> str:
+    """Every finished run of ``sweeps``, in their order: its steps, held-out, ``iid`` (with its wrong
+    reads), ``dense`` and ``sparse`` sequences right, and whether it learned."""
+    from interp.claims.tra import _steps
+    from interp.studies.reproduce import LEARNED
+
+    lines = ["| sweep | run | steps | held-out | `iid` (wrong reads) | `dense` | `sparse` (first 10,000) | learned |",
+             "|---|---|---|---|---|---|---|---|"]
+    for sweep in sweeps:
+        for r in finished_results(sweep):
+            iid = r["splits"]["iid"]
+            learned = "yes" if r["held_out"]["sequence_accuracy"] >= LEARNED else "no"
+            lines.append(f"| `{sweep}` | {r['name']} | {_steps(r)} | {percent(r['held_out']['sequence_accuracy'])} | "
+                         f"{percent(iid['sequence_accuracy'])} ({iid['read_errors']:,}) | "
+                         f"{percent(r['splits']['dense']['sequence_accuracy'])} | "
+                         f"{percent(r['splits']['sparse']['sequence_accuracy'])} | {learned} |")
+    return "\n".join(lines) + "\n"
