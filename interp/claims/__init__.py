@@ -174,6 +174,7 @@ def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
             ("docs/results/claims.md", "table1-budgets"): "\n" + budgets_markdown(),
             ("docs/results/claims.md", "table1-10000"): "\n" + seeds_markdown("table1-10000"),
             ("docs/results/claims.md", "app-a-runs"): "\n" + study_markdown("app-a"),
+            ("docs/results/claims.md", "app-a-extended-runs"): "\n" + study_markdown("app-a-extended"),
             ("docs/results/claims.md", "sharpening-automaton"): "\n" + sharpening_markdown("automaton-1l"),
             ("docs/results/claims.md", "sharpening-rope"): "\n" + sharpening_markdown("rope-mech"),
             ("docs/results/claims.md", "retrieval-probes"): "\n" + probes_markdown(),
