@@ -352,6 +352,20 @@ def test_the_runs_table_lists_every_finished_run_with_its_steps():
         assert line.endswith("| yes |") == (held >= 0.99)
 
 
+def test_the_recipe_tables_read_the_committed_training_runs():
+    from interp.outputs import read_json
+
+    held = read_json(sources.RUNS / "notebook-mech" / "cope-seed0" / "result.json", "result")["held_out_T512"]
+    row = next(line for line in result_tables.mech_recipes_markdown().splitlines()
+               if line.startswith("| CoPE | `authors-notebook` |"))
+    assert row.split(" | ")[2] == f"{100 * held['sequence_accuracy']:.1f} ({held['read_errors']:,})"
+    glance = result_tables.recipes_glance_markdown().splitlines()
+    assert glance[3].startswith("|  | `llama` | - |"), "TRA's `llama` runs at `mech` are not committed"
+    files = sorted((sources.RUNS / "learning" / "cpu-learning" / "runs").glob("*/result.json"))
+    learned = sum(read_json(f, "result")["held_out"]["sequence_accuracy"] >= 0.99 for f in files)
+    assert f"\n{learned} of {len(files)} runs learned the task;" in result_tables.learning_markdown()
+
+
 def test_percentages_keep_a_second_decimal_near_0_and_100():
     assert [result_tables.percent(a) for a in (0, 0.0003, 0.5, 0.9996, 1)] == ["0.0%", "0.03%", "50.0%", "99.96%",
                                                                              "100.0%"]

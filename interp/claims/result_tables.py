@@ -260,3 +260,118 @@ def runs_markdown(sweeps: tuple[str, ...]) -> str:
                          f"{percent(r['splits']['dense']['sequence_accuracy'])} | "
                          f"{percent(r['splits']['sparse']['sequence_accuracy'])} | {learned} |")
     return "\n".join(lines) + "\n"
+
+
+# docs/results/learning.md's recipe runs, `glitchlens train` runs committed as runs/<directory>/<name>/result.json:
+# (model label, recipe, the run's name with {seed})
+MECH_RECIPE_RUNS = tuple((label, recipe, f"{model}{suffix}-seed{{seed}}")
+                         for label, model, suffixes in (("TRA", "tra", ("", "-llama")), ("FoT", "fot", ("", "-llama")),
+                                                        ("CoPE", "cope", ("", "-llama")),
+                                                        ("Diff", "diff", ("-authors-notebook", "-llama")),
+                                                        ("RoPE", "rope", ("-authors-notebook", "-llama")))
+                         for suffix, recipe in zip(suffixes, ("authors-notebook", "llama")))
+TINY_RECIPE_RUNS = tuple((label, recipe, f"{model}-{recipe}-seed{{seed}}")
+                         for label, model in (("FoT", "fot"), ("TRA", "tra"), ("CoPE", "cope"), ("Diff", "diff"),
+                                              ("RoPE", "rope"))
+                         for recipe in ("authors-notebook", "llama"))
+RECIPE_SEEDS = (0, 1, 2)
+
+
+def _train_runs(directory: str, name: str) -> dict[int, dict]:
+    """The committed results of one (model, recipe) under ``runs/<directory>``, by seed."""
+    from interp.outputs import read_json
+
+    files = {seed: sources.RUNS / directory / name.format(seed=seed) / "result.json" for seed in RECIPE_SEEDS}
+    return {seed: read_json(file, "training result") for seed, file in files.items() if file.exists()}
+
+
+def _learned_count(runs: dict[int, dict]) -> int:
+    from interp.studies.reproduce import LEARNED
+
+    return sum(r["held_out_T512"]["sequence_accuracy"] >= LEARNED for r in runs.values())
+
+
+def _learned(runs: dict[int, dict]) -> str:
+    return f"{_learned_count(runs)} of {len(runs)}"
+
+
+def _recipe_totals(directory: str, table: tuple[tuple[str, str, str], ...]) -> str:
+    """The runs of each recipe of ``table`` that reached 99%, over all its models."""
+    totals: dict[str, list[int]] = {}
+    for _, recipe, name in table:
+        runs = _train_runs(directory, name)
+        total = totals.setdefault(recipe, [0, 0])
+        total[0] += _learned_count(runs)
+        total[1] += len(runs)
+    return "Runs at >= 99% of the held-out sequences: " + ", ".join(
+        f"`{recipe}` {learned} of {n}" for recipe, (learned, n) in totals.items()) + ".\n"
+
+
+def recipes_glance_markdown() -> str:
+    """Per size and recipe, the runs of each model at >= 99% of the held-out sequences, from
+    :data:`MECH_RECIPE_RUNS` and :data:`TINY_RECIPE_RUNS` (``-``: none committed)."""
+    sizes = (("`mech` preset (2 x 1 head, d_model 128), 500", "notebook-mech", MECH_RECIPE_RUNS),
+             ("`tiny` preset (2 x 1 head, d_model 64), 300", "recipe-tiny", TINY_RECIPE_RUNS))
+    models = list(dict.fromkeys(label for label, _, _ in MECH_RECIPE_RUNS))
+    lines = ["| size, steps | recipe | " + " | ".join(models) + " | all |", "|---|---|" + "---|" * (len(models) + 1)]
+    for size, directory, table in sizes:
+        for i, recipe in enumerate(dict.fromkeys(recipe for _, recipe, _ in table)):
+            runs = {label: _train_runs(directory, name) for label, r, name in table if r == recipe}
+            cells = [_learned(runs[m]) if runs.get(m) else "-" for m in models]
+            learned, n = sum(_learned_count(r) for r in runs.values()), sum(len(r) for r in runs.values())
+            lines.append(f"| {size if i == 0 else ''} | `{recipe}` | " + " | ".join(cells) + f" | {learned} of {n} |")
+    return "\n".join(lines) + "\n"
+
+
+def mech_recipes_markdown() -> str:
+    """The ``mech`` preset's recipe runs (``runs/notebook-mech``): per seed the held-out sequences
+    right (%) with the wrong reads in brackets, ``-`` where the seed was not run."""
+    lines = ["| model | recipe | " + " | ".join(f"seed {s}" for s in RECIPE_SEEDS) + " | >= 99% |",
+             "|---|---|" + "---|" * len(RECIPE_SEEDS) + "---|"]
+    for label, recipe, name in MECH_RECIPE_RUNS:
+        runs = _train_runs("notebook-mech", name)
+        cells = [f"{100 * runs[s]['held_out_T512']['sequence_accuracy']:.1f} "
+                 f"({runs[s]['held_out_T512']['read_errors']:,})" if s in runs else "-" for s in RECIPE_SEEDS]
+        lines.append(f"| {label} | `{recipe}` | " + " | ".join(cells) + f" | {_learned(runs) if runs else '-'} |")
+    return "\n".join(lines) + "\n\n" + _recipe_totals("notebook-mech", MECH_RECIPE_RUNS)
+
+
+def tiny_recipes_markdown() -> str:
+    """The ``tiny`` preset's recipe runs at 300 steps (``runs/recipe-tiny``): held-out and the first
+    1000 ``sparse`` sequences right (%) per seed, and the training time on one thread."""
+    lines = ["| model | recipe | held-out, seeds 0 / 1 / 2 | >= 99% | `sparse`, seeds 0 / 1 / 2 | training s (one thread) |",
+             "|---|---|---|---|---|---|"]
+    for label, recipe, name in TINY_RECIPE_RUNS:
+        runs = _train_runs("recipe-tiny", name)
+        held, sparse = (" / ".join(f"{100 * runs[s][key]['sequence_accuracy']:.1f}" if s in runs else "-"
+                                   for s in RECIPE_SEEDS) for key in ("held_out_T512", "sparse_first_1000"))
+        seconds = [r["train_seconds_one_thread"] for r in runs.values()]
+        lines.append(f"| {label} | `{recipe}` | {held} | {_learned(runs)} | {sparse} | "
+                     f"{min(seconds)}-{max(seconds)} |")
+    return "\n".join(lines) + "\n\n" + _recipe_totals("recipe-tiny", TINY_RECIPE_RUNS)
+
+
+def learning_markdown(recipe: str = "cpu-learning") -> str:
+    """``reproduce recipes --scale learning``'s runs of one recipe (``runs/learning/<recipe>``, its
+    models in the order of ``runs/learning/recipes.csv``): per model the seeds that learned, and each
+    seed's held-out / ``iid`` / ``sparse`` / ``dense`` sequences right (%)."""
+    from interp.outputs import read_json
+    from interp.studies.reproduce import LEARNED
+
+    frame = sources.csv("runs/learning/recipes.csv")
+    lines = ["| model | learned (>= 99% held-out) | " + " | ".join(f"seed {s}" for s in RECIPE_SEEDS) + " |",
+             "|---|---|" + "---|" * len(RECIPE_SEEDS)]
+    counts = []
+    for model in dict.fromkeys(frame[frame.recipe == recipe].model):
+        files = {s: sources.RUNS / "learning" / recipe / "runs" / f"{model}-seed{s}" / "result.json" for s in RECIPE_SEEDS}
+        runs = {s: read_json(f, "sweep result") for s, f in files.items() if f.exists()}
+        cells = [" / ".join(f"{100 * a:.1f}" for a in (r["held_out"]["sequence_accuracy"],
+                                                        *(r["splits"][split]["sequence_accuracy"]
+                                                          for split in ("iid", "sparse", "dense"))))
+                 if (r := runs.get(s)) else "-" for s in RECIPE_SEEDS]
+        learned = sum(r["held_out"]["sequence_accuracy"] >= LEARNED for r in runs.values())
+        lines.append(f"| {model} | {learned}/{len(runs)} | " + " | ".join(cells) + " |")
+        counts.append((model, learned, len(runs)))
+    every = [model for model, learned, n in counts if learned == n]
+    return ("\n".join(lines) + f"\n\n{sum(c[1] for c in counts)} of {sum(c[2] for c in counts)} runs learned the "
+            f"task; on every seed: {', '.join(every) or 'none'}.\n")
