@@ -366,6 +366,17 @@ def test_the_recipe_tables_read_the_committed_training_runs():
     assert f"\n{learned} of {len(files)} runs learned the task;" in result_tables.learning_markdown()
 
 
+def test_the_hunts_table_reads_each_hunt():
+    from interp.outputs import read_json
+
+    hunt = read_json(sources.RUNS / "hunt" / "tda-mech-max512" / "hunt.json", "hunt")["methods"]["guided"]
+    text = result_tables.hunts_markdown()
+    row = next(line for line in text.splitlines() if line.startswith("|  | guided, `--max-len 512` |")
+               and f"| {hunt['failing_sequences']} |" in line)
+    assert f"| {100 * hunt['final']['sequence_error_rate']:.1f}% | {len(hunt['types'])} |" in row
+    assert f"{sum(t['wrong_reads'] for t in hunt['types'].values()):,} wrong reads" in text
+
+
 def test_percentages_keep_a_second_decimal_near_0_and_100():
     assert [result_tables.percent(a) for a in (0, 0.0003, 0.5, 0.9996, 1)] == ["0.0%", "0.03%", "50.0%", "99.96%",
                                                                              "100.0%"]

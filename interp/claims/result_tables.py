@@ -375,3 +375,42 @@ def learning_markdown(recipe: str = "cpu-learning") -> str:
     every = [model for model, learned, n in counts if learned == n]
     return ("\n".join(lines) + f"\n\n{sum(c[1] for c in counts)} of {sum(c[2] for c in counts)} runs learned the "
             f"task; on every seed: {', '.join(every) or 'none'}.\n")
+
+
+# `glitchlens hunt` on two specimens, with the defaults and held to the training length:
+# runs/hunt/<specimen>[-max512]/hunt.json (docs/results/tools.md)
+HUNTED = ("rope-mech", "tda-mech")
+
+
+def hunts_markdown() -> str:
+    """Each hunt of :data:`HUNTED`: per method the distinct failing sequences, the read and sequence
+    error rates on the distribution it ends on, its error types and the shortest ``dense`` and
+    ``sparse`` failure; then where each guided search's wrong reads lie, by type. The random
+    baselines, drawn alike by both hunts of a specimen, are read from its default hunt."""
+    from interp.outputs import read_json
+
+    lines = ["| model | method | failing seqs (total) | read error rate (last gen.) | seq error rate (last gen.) | "
+             "error types (total) | shortest dense / sparse |", "|---|---|---|---|---|---|---|"]
+    where, unconfirmed = [], 0
+    for specimen in HUNTED:
+        hunts = {suffix: read_json(sources.RUNS / "hunt" / f"{specimen}{suffix}" / "hunt.json", "hunt")
+                 for suffix in ("", "-max512")}
+        methods = [(f"guided, T {hunts[''].get('seq_len')}→{hunts['']['max_len']}", hunts[""]["methods"]["guided"]),
+                   (f"guided, `--max-len {hunts['-max512']['max_len']}`", hunts["-max512"]["methods"]["guided"]),
+                   *((name, hunts[""]["methods"][name]) for name in ("random sparse", "random dense"))]
+        for i, (label, method) in enumerate(methods):
+            shortest = [min((t["length"] for name, t in method["types"].items() if name.startswith(kind)), default=None)
+                        for kind in ("dense/", "sparse/")]
+            final = method["final"]
+            unconfirmed += method["unconfirmed"]
+            lines.append(f"| {specimen if i == 0 else ''} | {label} | {method['failing_sequences']} | "
+                         f"{final['read_error_rate']:.2e} | {100 * final['sequence_error_rate']:.1f}% | "
+                         f"{len(method['types'])} | " + " / ".join("–" if n is None else str(n) for n in shortest) + " |")
+            if label.startswith("guided"):
+                wrong = {name: t["wrong_reads"] for name, t in method["types"].items()}
+                parts = ", ".join(f"`{name}` {n:,}" for name, n in sorted(wrong.items(), key=lambda kv: -kv[1]))
+                where.append(f"- {specimen}, {label}: {parts} of {sum(wrong.values()):,} wrong reads")
+    budget = hunts[""]["budget"]
+    return (f"At most {budget:,} sequences per method, seed {hunts['']['seed']}.\n\n" + "\n".join(lines)
+            + "\n\nThe guided searches' wrong reads by error type:\n\n" + "\n".join(where)
+            + f"\n\nFailures reported that did not fail again when run alone: {unconfirmed}.\n")
