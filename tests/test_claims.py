@@ -377,6 +377,21 @@ def test_the_hunts_table_reads_each_hunt():
     assert f"{sum(t['wrong_reads'] for t in hunt['types'].values()):,} wrong reads" in text
 
 
+# Tables of the results pages written by hand, each for a reason: commands, an index, or runs that are not committed
+HAND_TABLES = {"docs/results/claims.md": ["| sweep | tests |", "| file | reproduces |"],
+               "docs/results/learning.md": ["| recipe | seed 0 | seed 1 | seed 2 |"],   # TRA's recipe history
+               "docs/results/tools.md": []}
+
+
+def test_the_results_pages_copy_no_table_of_results():
+    """Every table of these pages is generated (between markers), or one of :data:`HAND_TABLES`."""
+    for file, allowed in HAND_TABLES.items():
+        text = re.sub(r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", "", (sources.ROOT / file).read_text(), flags=re.S)
+        headers = [line for line, before in zip(text.splitlines(), [""] + text.splitlines())
+                   if line.startswith("|") and not before.startswith("|")]
+        assert [h for h in headers if not any(h.startswith(a) for a in allowed)] == [], file
+
+
 def test_percentages_keep_a_second_decimal_near_0_and_100():
     assert [result_tables.percent(a) for a in (0, 0.0003, 0.5, 0.9996, 1)] == ["0.0%", "0.03%", "50.0%", "99.96%",
                                                                              "100.0%"]
