@@ -330,6 +330,16 @@ def test_the_glitch_destinations_read_the_figures_csv():
     assert result_tables._destinations(few, True) == "spread (1 read)"
 
 
+def test_the_logit_split_reads_the_figures_csv():
+    frame = sources.figure("12b_glitch_logit_split")
+    at = frame[(frame.model == "tra-mech") & (frame.reads == "wrong")].set_index("metric")
+    row = next(line for line in result_tables.logit_split_markdown().splitlines()
+               if line.startswith("| `tra-mech`, dense, wrong |"))
+    assert f"| {at.loc['position_margin', 'mean']:+.2f} (" in row
+    top = frame[(frame.model == "tra-mech") & (frame.reads == "wrong") & (frame.metric == "losing_term")]
+    assert f"| {top.sort_values('share').losing_term.iloc[-1]} " in row
+
+
 def test_the_sharpening_tables_read_each_run():
     run = sources.result("sharpening", "rope-mech-linf0.01-seed0")
     row = next(line for line in result_tables.sharpening_markdown("rope-mech").splitlines()

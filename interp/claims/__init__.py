@@ -162,9 +162,10 @@ def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
     """A block on lines of its own starts and ends with a newline; the README's is inline."""
     from interp.bench.load import demo_sentence, eval_markdown, load_markdown, train_markdown
     from interp.claims.result_tables import (anatomy_markdown, budgets_markdown, hunts_markdown, learning_markdown,
-                                            mech_recipes_markdown, probes_markdown, recipes_glance_markdown,
-                                            reruns_markdown, runs_markdown, seeds_markdown, sharpening_markdown,
-                                            study_markdown, table1_markdown, tiny_recipes_markdown)
+                                            logit_split_markdown, mech_recipes_markdown, probes_markdown,
+                                            recipes_glance_markdown, reruns_markdown, runs_markdown, seeds_markdown,
+                                            sharpening_markdown, study_markdown, table1_markdown,
+                                            tiny_recipes_markdown)
     from interp.studies.campaign import throughput_markdown
     from interp.studies.pretrained import specimens_markdown
 
@@ -181,6 +182,7 @@ def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
             ("docs/results/claims.md", "sharpening-rope"): "\n" + sharpening_markdown("rope-mech"),
             ("docs/results/claims.md", "retrieval-probes"): "\n" + probes_markdown(),
             ("docs/results/claims.md", "glitch-destinations"): "\n" + anatomy_markdown(),
+            ("docs/results/claims.md", "logit-split"): "\n" + logit_split_markdown(),
             ("docs/results/tools.md", "hunts"): "\n" + hunts_markdown(),
             ("docs/results/learning.md", "recipes-glance"): "\n" + recipes_glance_markdown(),
             ("docs/results/learning.md", "recipes-mech"): "\n" + mech_recipes_markdown(),

@@ -1,9 +1,10 @@
-"""The tables of results that docs/results/claims.md shows beside the claims table: the sweeps',
-computed from the runs' committed ``result.json`` files (:mod:`interp.claims.sources`) by the
-functions that write each sweep's own report; the retrieval probes on the specimens, from their
-cached measurement; the glitch anatomy's destinations, from its figure's CSV. So the docs never
-hold a copied number: ``glitchlens claims --write-docs`` writes them between their markers and
-``tests/test_claims.py`` fails when one is stale.
+"""The tables of results the results pages show (docs/results/claims.md, learning.md and
+tools.md) beside the claims table: the sweeps' and the training runs', computed from their
+committed ``result.json`` files (:mod:`interp.claims.sources`), for a sweep by the functions that
+write its own report; the retrieval probes on the specimens, from their cached measurement; the
+glitch anatomy, from its figures' CSVs; the glitch hunts, from their ``hunt.json``. So the docs
+never hold a copied number: ``glitchlens claims --write-docs`` writes each table between its
+markers and ``tests/test_claims.py`` fails when one is stale.
 
 Percentages are of sequences right (full-sequence accuracy); "learned" is
 :data:`interp.studies.reproduce.LEARNED` of the held-out FFL(0.8) sequences (``iid`` for Table 1's
@@ -414,3 +415,26 @@ def hunts_markdown() -> str:
     return (f"At most {budget:,} sequences per method, seed {hunts['']['seed']}.\n\n" + "\n".join(lines)
             + "\n\nThe guided searches' wrong reads by error type:\n\n" + "\n".join(where)
             + f"\n\nFailures reported that did not fail again when run alone: {unconfirmed}.\n")
+
+
+def logit_split_markdown() -> str:
+    """Which term of the retrieval head's attention logit loses the bit's key, per specimen, split
+    and kind of read (``figures/12b_glitch_logit_split.csv``, what ``glitchlens figures --only
+    glitch_anatomy`` wrote): the shares of the losing terms (``none``: the bit's key wins), the
+    first with its 95% Wilson interval, and the mean margins (95% t intervals) from each term."""
+    frame = sources.figure("12b_glitch_logit_split")
+    lines = ["| specimen, split, reads | reads (head) | losing term | margin from content | from position | margin |",
+             "|---|---|---|---|---|---|"]
+    for (model, split, reads), at in frame.groupby(["model", "split", "reads"], sort=False):
+        terms = at[at.metric == "losing_term"].sort_values("share", ascending=False, kind="stable")
+        shown = [terms.iloc[0]] + [r for _, r in terms.iloc[1:].iterrows() if r.share >= 0.10]
+        losing = ", ".join(f"{r.losing_term} {100 * r.share:.1f}%" for r in shown)
+        losing = losing.replace(f"{shown[0].losing_term} {100 * shown[0].share:.1f}%",
+                                f"{shown[0].losing_term} {100 * shown[0].share:.1f}% "
+                                f"({100 * shown[0].share_low:.1f}-{100 * shown[0].share_high:.1f})", 1)
+        margins = at.set_index("metric")
+        cells = [f"{margins.loc[m, 'mean']:+.2f} ({margins.loc[m, 'mean_low']:+.2f} to {margins.loc[m, 'mean_high']:+.2f})"
+                 for m in ("content_margin", "position_margin", "margin")]
+        lines.append(f"| `{model}`, {split}, {reads} | {int(terms.n.iloc[0]):,} (head {int(terms['head'].iloc[0])}) | "
+                     f"{losing} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
