@@ -526,8 +526,9 @@ def _check_task_options(p: argparse.ArgumentParser) -> None:
 def _claims_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=["md", "csv", "json"], default="md", help="how to print the table")
     p.add_argument("--write-docs", action="store_true",
-                   help="write the table, its counts and the sweeps' run counts between the generated markers of "
-                        "docs/results/claims.md and README.md")
+                   help="write every generated block of the docs between its markers: the table and its counts "
+                        "(docs/results/claims.md, README.md), the tables of the sweeps, runs, hunts and benchmarks "
+                        "(docs/results/, interp.claims.generated_blocks)")
     p.add_argument("--measure", nargs="*", metavar="NAME",
                    help="first recompute these specimen measurements into runs/claims/ (none named: all of them; "
                         "r1-checkpoints: the checkpoint study, a training run)")
