@@ -115,6 +115,11 @@ def register_mechanism(name: str, cls: type) -> type:
     return cls
 
 
+def built_in_names() -> list[str]:
+    """The model names the project ships: :data:`MODEL_FAMILIES` without the plugins registered since."""
+    return [name for name in MODEL_FAMILIES if name not in _PLUGINS]
+
+
 def plugin_class(name: str) -> type | None:
     """The class registered under ``name`` through :func:`register_mechanism` (None for a
     built-in or unknown name)."""

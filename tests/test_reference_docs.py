@@ -97,3 +97,15 @@ def test_signatures_keep_annotations_as_written_and_defaults_portable():
     assert reference.signature_text(scaled, "scaled") == (
         "scaled(x: Float[Tensor, \"batch pos\"], root: Path = PosixPath('runs'), *, fn=<built-in function len>) "
         "-> Tensor")
+
+
+def test_the_command_page_is_the_same_with_a_plugin_registered(monkeypatch):
+    """A mechanism registered earlier in the process (a plugin test, a notebook) does not enter the reference."""
+    from interp.docs.command_pages import cli_page
+    from models import mechanisms
+
+    before = cli_page()
+    monkeypatch.setitem(mechanisms._PLUGINS, "registered_here", object)
+    monkeypatch.setitem(mechanisms.MODEL_FAMILIES, "registered_here", (None, "none", {}))
+    assert "registered_here" not in mechanisms.built_in_names()
+    assert cli_page() == before

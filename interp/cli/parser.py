@@ -150,11 +150,12 @@ def _data_options(p: argparse.ArgumentParser) -> None:
 def _train_options(p: argparse.ArgumentParser) -> None:
     from interp.training.recipes import DEFAULT_RECIPE, RECIPES
     from models.config import ATTENTION_IMPLS, INIT_SCHEMES, NORM_PLACEMENTS, PRESETS
-    from models.mechanisms import MODEL_FAMILIES
+    from models.mechanisms import built_in_names
 
+    # the built-in names only, so that the help (and the reference made from it) is the same whatever is registered
     p.add_argument("--model", type=model_name, default=None, metavar="MODEL",
                    help=f"architecture: attention mechanism and position embedding (models/config.py): "
-                        f"{', '.join(MODEL_FAMILIES)}, or a mechanism of your own (--mechanism, or an installed "
+                        f"{', '.join(built_in_names())}, or a mechanism of your own (--mechanism, or an installed "
                         "package's glitchlens.mechanisms entry point); required, except with --resume, where the checkpoint "
                         "in --out records it and every other setting")
     p.add_argument("--preset", choices=list(PRESETS), default="tiny",

@@ -47,13 +47,6 @@ def cli_page() -> str:
 
 # --- Hooks ---------------------------------------------------------------------------------------
 
-def built_in_model_names() -> list[str]:
-    from models import mechanisms
-    from models.mechanisms import MODEL_FAMILIES
-
-    return [name for name in MODEL_FAMILIES if mechanisms.plugin_class(name) is None]
-
-
 @functools.cache
 def tiny_model(name: str):
     """A tiny untrained model of ``name`` with two heads (the LSTM as its preset has it)."""
@@ -142,9 +135,11 @@ def clause(text: str) -> str:
 def hooks_page() -> str:
     import torch
 
+    from models.mechanisms import built_in_names
+
     rows: dict[tuple[str, str, str], dict] = {}
     silent: dict[str, list[str]] = {}
-    for name in built_in_model_names():
+    for name in built_in_names():
         model = tiny_model(name)
         tokens = torch.arange(HOOK_BATCH * HOOK_POSITIONS).reshape(HOOK_BATCH, HOOK_POSITIONS) % model.cfg.d_vocab
         sizes = axis_names(model)
