@@ -391,7 +391,7 @@ def hunts_markdown() -> str:
     from interp.outputs import read_json
 
     lines = ["| model | method | failing seqs (total) | read error rate (last gen.) | seq error rate (last gen.) | "
-             "error types (total) | shortest dense / sparse |", "|---|---|---|---|---|---|---|"]
+             "error types (total) | shortest failure, dense / sparse types (stale or unsourced) |", "|---|---|---|---|---|---|---|"]
     where, unconfirmed = [], 0
     for specimen in HUNTED:
         hunts = {suffix: read_json(sources.RUNS / "hunt" / f"{specimen}{suffix}" / "hunt.json", "hunt")
