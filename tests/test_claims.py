@@ -300,10 +300,10 @@ def test_the_retrieval_probes_pick_each_probes_best_head():
     row = measure.retrieval_probes(n=8, batch=4, specimens=("rope-mech",)).iloc[0]
     tokens = load_split("iid", 8)
     _, maps = capture_maps(measure.load("rope-mech"), tokens, ["pattern"])
+    probes = ((bit_carrier_summary, bit_carrier_attention, "bit_carrier_argmax_rate"),
+              (last_write_summary, last_write_attention, "last_write_argmax_rate"))
     carrier, write = (summary(probe(maps["pattern"], tokens)).query(f"layer == 1 and metric == '{metric}'")
-                      .set_index("head").value
-                      for summary, probe, metric in ((bit_carrier_summary, bit_carrier_attention, "bit_carrier_argmax_rate"),
-                                                     (last_write_summary, last_write_attention, "last_write_argmax_rate")))
+                      .set_index("head").value for summary, probe, metric in probes)
     assert (row.carrier_head, row.write_head) == (carrier.idxmax(), write.idxmax())
     assert (row.carrier_argmax_rate, row.write_argmax_rate) == pytest.approx((carrier.max(), write.max()))
 

@@ -121,8 +121,8 @@ def reruns_markdown() -> str:
     from interp.outputs import read_json
     from interp.studies.reproduce import SPLIT_ORDER
 
-    lines = ["| run | changed | held-out | " + " | ".join(f"`{s}`" for s in SPLIT_ORDER) + " | as trained in `table1-cpu`: "
-             "held-out |", "|---|---|---|---|---|---|---|"]
+    lines = ["| run | changed | held-out | " + " | ".join(f"`{s}`" for s in SPLIT_ORDER)
+             + " | as trained in `table1-cpu`: held-out |", "|---|---|---|---|---|---|---|"]
     for file, name, changed in TABLE1_RERUNS:
         rerun = read_json(sources.ROOT / file, "sweep result")
         held = rerun["held_out"] if "held_out" in rerun else rerun["held_out_T512"]
@@ -173,8 +173,11 @@ def _run_label(result: dict) -> str:
 def _sharp(result: dict) -> float:
     """The largest layer's share of sharp reads (positions) of a sharpening run."""
     layers = [layer for measured in result["sharpness"].values() for layer in measured]
-    return max(sum(m["sharp"] for m in layers if m["layer"] == layer) / sum(m["n"] for m in layers if m["layer"] == layer)
-               for layer in {m["layer"] for m in layers})
+    def share(layer: int) -> float:
+        at = [m for m in layers if m["layer"] == layer]
+        return sum(m["sharp"] for m in at) / sum(m["n"] for m in at)
+
+    return max(share(layer) for layer in {m["layer"] for m in layers})
 
 
 def sharpening_markdown(base: str) -> str:
@@ -340,8 +343,8 @@ def mech_recipes_markdown() -> str:
 def tiny_recipes_markdown() -> str:
     """The ``tiny`` preset's recipe runs at 300 steps (``runs/recipe-tiny``): held-out and the first
     1000 ``sparse`` sequences right (%) per seed, and the training time on one thread."""
-    lines = ["| model | recipe | held-out, seeds 0 / 1 / 2 | >= 99% | `sparse`, seeds 0 / 1 / 2 | training s (one thread) |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| model | recipe | held-out, seeds 0 / 1 / 2 | >= 99% | `sparse`, seeds 0 / 1 / 2 | "
+             "training s (one thread) |", "|---|---|---|---|---|---|"]
     for label, recipe, name in TINY_RECIPE_RUNS:
         runs = _train_runs("recipe-tiny", name)
         held, sparse = (" / ".join(f"{100 * runs[s][key]['sequence_accuracy']:.1f}" if s in runs else "-"
@@ -364,7 +367,8 @@ def learning_markdown(recipe: str = "cpu-learning") -> str:
              "|---|---|" + "---|" * len(RECIPE_SEEDS)]
     counts = []
     for model in dict.fromkeys(frame[frame.recipe == recipe].model):
-        files = {s: sources.RUNS / "learning" / recipe / "runs" / f"{model}-seed{s}" / "result.json" for s in RECIPE_SEEDS}
+        root = sources.RUNS / "learning" / recipe / "runs"
+        files = {s: root / f"{model}-seed{s}" / "result.json" for s in RECIPE_SEEDS}
         runs = {s: read_json(f, "sweep result") for s, f in files.items() if f.exists()}
         cells = [" / ".join(f"{100 * a:.1f}" for a in (r["held_out"]["sequence_accuracy"],
                                                         *(r["splits"][split]["sequence_accuracy"]
@@ -391,7 +395,8 @@ def hunts_markdown() -> str:
     from interp.outputs import read_json
 
     lines = ["| model | method | failing seqs (total) | read error rate (last gen.) | seq error rate (last gen.) | "
-             "error types (total) | shortest failure, dense / sparse types (stale or unsourced) |", "|---|---|---|---|---|---|---|"]
+             "error types (total) | shortest failure, dense / sparse types (stale or unsourced) |",
+             "|---|---|---|---|---|---|---|"]
     where, unconfirmed = [], 0
     for specimen in HUNTED:
         hunts = {suffix: read_json(sources.RUNS / "hunt" / f"{specimen}{suffix}" / "hunt.json", "hunt")
@@ -406,7 +411,8 @@ def hunts_markdown() -> str:
             unconfirmed += method["unconfirmed"]
             lines.append(f"| {specimen if i == 0 else ''} | {label} | {method['failing_sequences']} | "
                          f"{final['read_error_rate']:.2e} | {100 * final['sequence_error_rate']:.1f}% | "
-                         f"{len(method['types'])} | " + " / ".join("–" if n is None else str(n) for n in shortest) + " |")
+                         f"{len(method['types'])} | "
+                         + " / ".join("–" if n is None else str(n) for n in shortest) + " |")
             if label.startswith("guided"):
                 wrong = {name: t["wrong_reads"] for name, t in method["types"].items()}
                 parts = ", ".join(f"`{name}` {n:,}" for name, n in sorted(wrong.items(), key=lambda kv: -kv[1]))
@@ -433,8 +439,8 @@ def logit_split_markdown() -> str:
                                 f"{shown[0].losing_term} {100 * shown[0].share:.1f}% "
                                 f"({100 * shown[0].share_low:.1f}-{100 * shown[0].share_high:.1f})", 1)
         margins = at.set_index("metric")
-        cells = [f"{margins.loc[m, 'mean']:+.2f} ({margins.loc[m, 'mean_low']:+.2f} to {margins.loc[m, 'mean_high']:+.2f})"
-                 for m in ("content_margin", "position_margin", "margin")]
+        cells = [f"{margins.loc[m, 'mean']:+.2f} ({margins.loc[m, 'mean_low']:+.2f} to "
+                 f"{margins.loc[m, 'mean_high']:+.2f})" for m in ("content_margin", "position_margin", "margin")]
         lines.append(f"| `{model}`, {split}, {reads} | {int(terms.n.iloc[0]):,} (head {int(terms['head'].iloc[0])}) | "
                      f"{losing} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
