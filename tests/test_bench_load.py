@@ -1,6 +1,7 @@
-"""``glitchlens bench threads`` and ``bench demo`` (``interp.bench.load``) and ``bench eval``'s
-roofline (``interp.bench.parallel_matmul_rate``): the rows and ratios they print, the busy
-process they start and stop, and the block of docs/results/benchmarks.md read from their CSVs.
+"""``glitchlens bench threads``, ``bench demo`` and ``bench seeds`` (``interp.bench.load``,
+``interp.bench.bench_seeds``) and ``bench eval``'s roofline (``interp.bench.parallel_matmul_rate``):
+the rows and ratios they print, the busy process they start and stop, and the block of
+docs/results/benchmarks.md read from their CSVs.
 No time is asserted: the figures are ratios for a person to read."""
 
 import os
@@ -126,3 +127,32 @@ def test_the_eval_roofline_runs_at_the_evaluations_threads():
     assert parallel_matmul_rate(2, n=64, repeats=1) > 0
     assert parallel_matmul_rate(2, repeats=1, shape=(96, 16, 32)) > 0   # a model's own [tokens, d] x [d, d'] shape
     assert torch.get_num_threads() == threads
+
+
+def test_a_step_time_leaves_the_first_steps_set_up_out(tmp_path):
+    from interp.bench import step_seconds
+
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 1, "loss": 1.0, "time": 5.0}\n{"step": 2, "loss": 0.9, "time": 6.0}\n'
+                   '{"step": 3, "eval": {}}\n{"step": 4, "loss": 0.8, "time": 8.0}\n')
+    assert step_seconds(log) == pytest.approx(1.0)
+
+
+def test_the_batched_seeds_bench_times_both_and_divides():
+    from interp.bench import bench_seeds
+
+    torch.set_num_threads(1)
+    (row,) = bench_seeds(models=("rope",), n_seeds=2, steps=3, repeats=1, seq_len=16, batch_size=2)
+    assert (row["model"], row["seeds"], row["threads"]) == ("rope", 2, 1)
+    assert row["batched_over_one"] == pytest.approx(row["batched_step_s"] / row["alone_step_s"])
+    assert row["per_seed"] == pytest.approx(row["batched_over_one"] / 2)
+
+
+@pytest.mark.parametrize("ratios, verdict", [((1.2, 1.4), "is met"), ((1.2, 2.9), "is not met")])
+def test_the_batched_seeds_block_judges_every_model(tmp_path, ratios, verdict):
+    (tmp_path / bench_load.BENCH_DIR).mkdir(parents=True)
+    rows = [{"model": m, "seeds": 3, "device": "cpu", "threads": 1, "alone_step_s": 1.0, "batched_step_s": r,
+             "batched_over_one": r, "per_seed": r / 3} for m, r in zip(("rope", "tra"), ratios)]
+    bench_load.write_rows(str(tmp_path / bench_load.BENCH_DIR), bench_load.SEEDS_CSV, rows)
+    block = bench_load.batched_seeds_markdown(tmp_path)
+    assert f"{verdict} here (largest {max(ratios):.2f})" in block and "| **1.20** |" in block

@@ -94,6 +94,51 @@ def bench_models(repeats: int = 3, preset: str = "mini", seq_len: int = 512, bat
     return rows
 
 
+def step_seconds(log: Path) -> float:
+    """Seconds per training step in a run's ``log.jsonl`` (its ``time`` from the start), from the
+    first logged step to the last: the first step's set-up is left out."""
+    times = [(r["step"], r["time"]) for r in map(json.loads, log.read_text().splitlines()) if "time" in r]
+    (first, start), (last, end) = times[0], times[-1]
+    return (end - start) / (last - first)
+
+
+def bench_seeds(models: tuple[str, ...] = ("rope", "tra"), n_seeds: int = 3, steps: int = 8, repeats: int = 2,
+                seq_len: int = 512, batch_size: int = 16, device: str = "cpu") -> list[dict]:
+    """Training ``n_seeds`` seeds of one configuration as one batched model
+    (:func:`interp.training.batched.train_batched`, what ``reproduce --batch-seeds on`` runs) against
+    one seed alone (:func:`interp.training.loop.train`), on ``device`` at the torch threads set: the
+    Table 1 runs' size (``tiny``, 2 x 4 x 64, the ``cpu-learning`` recipe, T = ``seq_len``, batch
+    ``batch_size``), ``steps`` steps each, the rounds interleaved and the best of ``repeats`` kept.
+    ``batched_over_one``: the batched step over the seed's alone (the goal: at most 1.5 at 3 seeds);
+    ``per_seed``: that over ``n_seeds``, what one seed's step costs inside the batch."""
+    import tempfile
+    from dataclasses import replace
+
+    from interp.training.batched import SeedRun, train_batched
+    from interp.training.loop import train
+    from interp.training.recipes import run_configs
+
+    from tqdm.auto import tqdm
+
+    configs = {model: run_configs(model, "tiny", "cpu-learning", None, {"seq_len": seq_len, "batch_size": batch_size,
+                                                                          "steps": steps, "eval_every": 0})
+               for model in models}
+    best = {model: {"alone": float("inf"), "batched": float("inf")} for model in models}
+    rounds = [(round_, model) for round_ in range(repeats) for model in models]
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_, model in tqdm(rounds, desc="bench seeds", unit="run pair", file=sys.stderr):
+            model_cfg, cfg = configs[model]
+            out = Path(tmp) / f"{model}-{round_}"
+            train(model_cfg, cfg, out / "alone", progress=False, device=device)
+            runs = [SeedRun(out / f"seed{seed}", replace(cfg, seed=seed)) for seed in range(n_seeds)]
+            train_batched(model_cfg, runs, device=device)
+            best[model]["alone"] = min(best[model]["alone"], step_seconds(out / "alone" / "log.jsonl"))
+            best[model]["batched"] = min(best[model]["batched"], max(step_seconds(r.out / "log.jsonl") for r in runs))
+    return [{"model": model, "seeds": n_seeds, "device": device, "threads": torch.get_num_threads(),
+             "alone_step_s": b["alone"], "batched_step_s": b["batched"], "batched_over_one": b["batched"] / b["alone"],
+             "per_seed": b["batched"] / b["alone"] / n_seeds} for model, b in best.items()]
+
+
 def bench_diagnose(mechanisms: tuple[str, ...] = ("rope", "tda"), preset: str = "mini",
                    target_s: float = 60.0) -> list[dict]:
     """``glitchlens diagnose`` with its default settings on a freshly initialised checkpoint of
@@ -594,6 +639,16 @@ def run(what: str, args) -> int:
         _print_rows(rows,
                     f"training step, mini preset, T=512, batch 8, CPU, {torch.get_num_threads()} threads "
                     "(attention_impl auto: kernels.tooling.rows)")
+    elif what == "seeds":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        rows = bench_seeds(repeats=args.repeats, device=device)
+        if args.out:
+            from interp.bench.load import SEEDS_CSV, write_rows
+
+            write_rows(args.out, SEEDS_CSV, rows)
+        _print_rows(rows, f"3 seeds trained as one batched model against one seed alone, tiny preset, T=512, batch 16, "
+                          f"{device}, {torch.get_num_threads()} threads (seconds per step, the best of "
+                          f"{args.repeats} interleaved rounds)")
     elif what == "kernels" and args.cost_model:
         from kernels.tooling.cost import HARDWARE, HEADS, TOKENS, cost_table
 

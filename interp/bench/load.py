@@ -21,6 +21,7 @@ from pathlib import Path
 THREADS_CSV = "threads.csv"
 STARTUP_CSV = "startup.csv"
 TRAIN_CSV = "train.csv"
+SEEDS_CSV = "seeds.csv"  # glitchlens bench seeds --out (interp.bench.bench_seeds's rows)
 DEMO_CSV = "demo.csv"
 EVAL_CSV = "eval.csv"  # glitchlens bench eval --out (interp.bench.bench_eval's rows)
 ROOT = Path(__file__).resolve().parents[2]
@@ -223,6 +224,24 @@ def load_markdown(root: Path = ROOT) -> str:
         lines += ["", "`make demo` with and without a competing busy process (`glitchlens bench demo --out "
                       "runs/bench`) has not been measured on the committed code."]
     return "\n".join(lines) + "\n"
+
+
+def batched_seeds_markdown(root: Path = ROOT) -> str:
+    """The block of docs/results/benchmarks.md for ``glitchlens bench seeds --out runs/bench``: per
+    model one seed's step alone, the seeds' batched step, and their ratio against the goal of 1.5."""
+    import pandas as pd
+
+    path = root / BENCH_DIR / SEEDS_CSV
+    if not path.exists():
+        return "`glitchlens bench seeds --out runs/bench` has not been run on the committed code.\n"
+    frame = pd.read_csv(path)
+    lines = ["| model | seeds | device | threads | one seed alone, s / step | batched, s / step | batched / one | "
+             "per seed |", "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.model} | {r.seeds} | {r.device} | {r.threads} | {r.alone_step_s:.3f} | {r.batched_step_s:.3f} | "
+              f"**{r.batched_over_one:.2f}** | {r.per_seed:.2f} |" for r in frame.itertuples()]
+    met = "met" if (frame.batched_over_one <= 1.5).all() else "not met"
+    return ("\n".join(lines) + f"\n\nThe goal, {int(frame.seeds.iloc[0])} seeds batched in at most 1.5x one seed's "
+            f"step, is {met} here (largest {frame.batched_over_one.max():.2f}).\n")
 
 
 def train_markdown(root: Path = ROOT) -> str:

@@ -160,7 +160,8 @@ def attribution_markdown(root: Path = ROOT) -> str:
 # The generated blocks of the docs: (file, marker) -> what goes between the markers.
 def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
     """A block on lines of its own starts and ends with a newline; the README's is inline."""
-    from interp.bench.load import demo_sentence, eval_markdown, load_markdown, train_markdown
+    from interp.bench.load import (batched_seeds_markdown, demo_sentence, eval_markdown, load_markdown,
+                                   train_markdown)
     from interp.claims.result_tables import (anatomy_markdown, budgets_markdown, hunts_markdown, learning_markdown,
                                             logit_split_markdown, mech_recipes_markdown, probes_markdown,
                                             recipes_glance_markdown, reruns_markdown, runs_markdown, seeds_markdown,
@@ -194,6 +195,7 @@ def generated_blocks(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
             ("docs/results/benchmarks.md", "attribution-agreement"): "\n" + attribution_markdown(),
             ("docs/results/benchmarks.md", "under-load"): "\n" + load_markdown(),
             ("docs/results/benchmarks.md", "train-step"): "\n" + train_markdown(),
+            ("docs/results/benchmarks.md", "seeds-batched"): "\n" + batched_seeds_markdown(),
             ("docs/results/benchmarks.md", "eval-speed"): "\n" + eval_markdown(),
             ("docs/results/benchmarks.md", "campaign-throughput"): "\n" + throughput_markdown(ROOT),
             ("docs/explanation/specimens.md", "specimens"): "\n" + specimens_markdown(),

@@ -452,8 +452,8 @@ def _figures_options(p: argparse.ArgumentParser) -> None:
 
 @subcommand("bench", "benchmarks that print ratios measured side by side")
 def _bench_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=["data", "models", "train", "diagnose", "kernels", "tiles", "eval", "attribution",
-                                    "threads", "demo"],
+    p.add_argument("what", choices=["data", "models", "train", "seeds", "diagnose", "kernels", "tiles", "eval",
+                                    "attribution", "threads", "demo"],
                    help="what to time (docs/results/benchmarks.md \"Benchmarks\")")
     p.add_argument("checkpoint", nargs="?", help="bench tiles: a trained checkpoint directory")
     p.add_argument("--repeats", type=positive_int, default=3,
@@ -462,7 +462,7 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
                    help="bench kernels: append the rows here, and skip the (kernel, T) pairs it already holds; "
                         "with --compile-only a folder for compile.csv and the binaries; bench attribution: a folder "
                         "for attribution.csv; bench threads: for threads.csv and startup.csv; bench demo: for "
-                        "demo.csv; bench train: for train.csv")
+                        "demo.csv; bench train: for train.csv; bench seeds: for seeds.csv")
     p.add_argument("--compile-only", action="store_true",
                    help="bench kernels: compile every kernel for --targets at every dtype, head dim and tile "
                         "configuration the dispatcher may choose (no GPU needed), and tabulate registers, spills "

@@ -24,7 +24,8 @@ best round of each; two training processes at nice 5 and other work held the cor
 rounds varied by up to 3x): a step of 3 seeds batched cost 4.95x one seed's with RoPE, 5.2x with
 Shaw, 5.9x with APE and 8.2x with CoPE (3 rounds), that is 1.65-2.75x each seed's step alone;
 5 seeds batched cost 13.6-47x (2 rounds). Batching there is slower even on one core, and it takes
-the seeds' parallelism away from ``--jobs``. (At smaller shapes batching costs less: 3 seeds
+the seeds' parallelism away from ``--jobs``. ``glitchlens bench seeds`` (:func:`interp.bench.bench_seeds`) times it at Table 1's
+size, side by side, on whatever device the machine has. (At smaller shapes batching costs less: 3 seeds
 batched cost 1.48x one seed at the tests' tiny size and 2.9x at d_model 64, T = 128, as measured
 for the campaign; at the latter, ``learning``'s and App. A's T = 128, that saves 3% of the core
 time, within these measurements' noise, so the rule does not look at the shape.) On a GPU a step is bound by its kernel launches rather than its
