@@ -97,7 +97,10 @@ def bench_models(repeats: int = 3, preset: str = "mini", seq_len: int = 512, bat
 def step_seconds(log: Path) -> float:
     """Seconds per training step in a run's ``log.jsonl`` (its ``time`` from the start), from the
     first logged step to the last: the first step's set-up is left out."""
-    times = [(r["step"], r["time"]) for r in map(json.loads, log.read_text().splitlines()) if "time" in r]
+    from interp.outputs import read_bytes
+
+    lines = read_bytes(log, "training log").decode().splitlines()
+    times = [(r["step"], r["time"]) for r in map(json.loads, lines) if "time" in r]
     (first, start), (last, end) = times[0], times[-1]
     return (end - start) / (last - first)
 
